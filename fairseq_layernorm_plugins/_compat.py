@@ -1,0 +1,49 @@
+"""What the plugin needs from its environment: a supported fairseq and loadable checkpoints."""
+import os
+import sys
+
+# fairseq 0.12.2 (official, Python < 3.11) and fairseq-fixed 0.12.3.1 (fairseq main with
+# the Python 3.11 fixes; it reports its version as 0.12.3) are the supported releases.
+SUPPORTED_FAIRSEQ = ("0.12.2", "0.12.3")
+INSTALL_HINT = "run `bash scripts/setup_env.sh` (or `pip install -e .` in this repository)"
+
+
+class UnsupportedFairseqError(ImportError):
+    """Raised on import when fairseq is missing or is a release the plugin was not built for."""
+
+
+def fairseq_version_problem(version):
+    """Return a one-line explanation if ``version`` (a string, or None if missing) is unsupported."""
+    wanted = "fairseq-fixed==0.12.3.1" if sys.version_info >= (3, 11) else "fairseq==0.12.2"
+    if version is None:
+        return f"fairseq_layernorm_plugins needs {wanted}, but fairseq is not installed: {INSTALL_HINT}"
+    release = ".".join(version.split("+")[0].split(".")[:3])
+    if release not in SUPPORTED_FAIRSEQ:
+        return (
+            f"fairseq_layernorm_plugins needs {wanted} (fairseq {' or '.join(SUPPORTED_FAIRSEQ)}), "
+            f"found fairseq {version}: {INSTALL_HINT}"
+        )
+    return None
+
+
+def check_fairseq():
+    try:
+        import fairseq
+    except ImportError as err:
+        if getattr(err, "name", None) not in (None, "fairseq"):
+            raise  # fairseq is there but one of its own imports failed: show that error
+        problem = fairseq_version_problem(None)
+    else:
+        problem = fairseq_version_problem(getattr(fairseq, "__version__", "unknown"))
+    if problem:
+        raise UnsupportedFairseqError(problem) from None
+
+
+def enable_fairseq_checkpoint_loading():
+    """Let fairseq load its own checkpoints on torch >= 2.6.
+
+    torch 2.6 made ``torch.load(weights_only=True)`` the default, and fairseq
+    checkpoints pickle ``argparse.Namespace`` and omegaconf objects. torch reads this
+    variable at load time; an explicit setting by the user wins.
+    """
+    os.environ.setdefault("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")

@@ -1,0 +1,74 @@
+"""The shared base of every method: fairseq's ``TransformerModel`` with pluggable stacks.
+
+A method module subclasses :class:`PluginTransformerModel`, points
+``encoder_cls`` / ``decoder_cls`` at stacks whose ``layer_cls`` is the method's layer
+(see :mod:`fairseq_layernorm_plugins.modules`), and calls
+:func:`register_arch_family` once to register its architecture and size variants.
+"""
+from fairseq.models import register_model_architecture
+from fairseq.models.transformer import TransformerConfig, TransformerModel
+from fairseq.models.transformer import transformer_legacy as fairseq_archs
+
+from fairseq_layernorm_plugins.modules import (
+    PluginTransformerDecoder,
+    PluginTransformerEncoder,
+)
+
+
+class PluginTransformerModel(TransformerModel):
+    """fairseq's legacy ``TransformerModel`` (same args, checkpoints, generation) whose
+    encoder and decoder are built from :attr:`encoder_cls` and :attr:`decoder_cls`."""
+
+    encoder_cls = PluginTransformerEncoder
+    decoder_cls = PluginTransformerDecoder
+
+    @classmethod
+    def build_encoder(cls, args, src_dict, embed_tokens):
+        return cls.encoder_cls(TransformerConfig.from_namespace(args), src_dict, embed_tokens)
+
+    @classmethod
+    def build_decoder(cls, args, tgt_dict, embed_tokens):
+        cfg = TransformerConfig.from_namespace(args)
+        return cls.decoder_cls(
+            cfg, tgt_dict, embed_tokens, no_encoder_attn=cfg.no_cross_attention
+        )
+
+
+def _deep(args):
+    # The deep setting of Admin (Liu et al. 2020, Table 2) and B2T (Takase et al. 2023,
+    # Table 1): base dimensions, 18L-18L; any depth via --encoder-layers/--decoder-layers.
+    args.encoder_layers = getattr(args, "encoder_layers", 18)
+    args.decoder_layers = getattr(args, "decoder_layers", 18)
+    fairseq_archs.transformer_wmt_en_de(args)
+
+
+# suffix -> fairseq arch function that fills in the size defaults
+ARCH_SIZES = {
+    "": fairseq_archs.base_architecture,  # Transformer base, 6L-6L, d=512
+    "_iwslt_de_en": fairseq_archs.transformer_iwslt_de_en,  # d=512, ffn 1024, 4 heads
+    "_wmt_en_de": fairseq_archs.transformer_wmt_en_de,  # Transformer base
+    "_wmt_en_de_big": fairseq_archs.transformer_wmt_en_de_big,  # Transformer big
+    "_wmt_en_de_deep": _deep,  # Transformer base at 18L-18L by default
+}
+
+
+def register_arch_family(model_name, method_defaults):
+    """Register ``model_name`` + each suffix of :data:`ARCH_SIZES` as architectures.
+
+    Each architecture function applies ``method_defaults(args)`` (the method's own
+    settings, written as ``args.x = getattr(args, "x", default)`` so command-line
+    flags win) and then chains to fairseq's architecture function for that size.
+    Returns ``{arch_name: arch_function}``.
+    """
+    registered = {}
+    for suffix, size_defaults in ARCH_SIZES.items():
+        arch_name = model_name + suffix
+
+        def arch(args, size_defaults=size_defaults):
+            method_defaults(args)
+            size_defaults(args)
+
+        arch.__name__ = arch.__qualname__ = arch_name
+        arch.__doc__ = f"{method_defaults.__doc__ or model_name} Sizes: {size_defaults.__name__}."
+        registered[arch_name] = register_model_architecture(model_name, arch_name)(arch)
+    return registered

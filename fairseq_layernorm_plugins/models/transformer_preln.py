@@ -1,0 +1,32 @@
+"""Pre-LN Transformer (Xiong et al. 2020, "On Layer Normalization in the Transformer
+Architecture"): x_i = x_{i-1} + f_i(LN(x_{i-1})) in every sub-layer of both stacks,
+plus a final LayerNorm on top of the encoder and of the decoder (paper Fig. 1 (b)).
+
+fairseq implements this placement behind ``--encoder-normalize-before`` /
+``--decoder-normalize-before`` (the final norms follow from the same flags), so the
+method is a set of architecture defaults. Train it without warm-up, e.g. with
+``--lr-scheduler epoch_decay_nowarmup`` (the paper's schedule, Sec. 4.1).
+"""
+from fairseq.models import register_model
+
+from fairseq_layernorm_plugins.models.base import PluginTransformerModel, register_arch_family
+
+
+@register_model("transformer_preln")
+class TransformerPreLNModel(PluginTransformerModel):
+    """Pre-LN encoder-decoder Transformer (Xiong et al. 2020)."""
+
+    @classmethod
+    def build_model(cls, args, task):
+        if getattr(args, "no_decoder_final_norm", False):
+            raise ValueError("transformer_preln needs the decoder's final LayerNorm: drop --no-decoder-final-norm")
+        return super().build_model(args, task)
+
+
+def preln_defaults(args):
+    """Pre-LN (Xiong et al. 2020): LayerNorm before each sub-layer, final LayerNorms."""
+    args.encoder_normalize_before = getattr(args, "encoder_normalize_before", True)
+    args.decoder_normalize_before = getattr(args, "decoder_normalize_before", True)
+
+
+ARCHS = register_arch_family("transformer_preln", preln_defaults)

@@ -1,0 +1,44 @@
+"""Encoder and decoder stacks that build a method's own layer class.
+
+fairseq's ``TransformerEncoderBase.build_encoder_layer`` hard-codes
+``TransformerEncoderLayerBase``; these subclasses build ``self.layer_cls`` instead
+and wrap it exactly as fairseq does (activation checkpointing, FSDP).
+"""
+from fairseq.distributed import fsdp_wrap
+from fairseq.models.transformer import TransformerDecoderBase, TransformerEncoderBase
+from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
+from fairseq.modules.checkpoint_activations import checkpoint_wrapper
+
+
+def wrap_layer(layer, cfg):
+    """Apply ``--checkpoint-activations`` / ``--offload-activations`` and FSDP wrapping
+    the way fairseq's own ``build_{encoder,decoder}_layer`` do."""
+    checkpoint = cfg.checkpoint_activations
+    if checkpoint:
+        layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
+    # a checkpointed layer is always wrapped by FSDP, whatever its size (as in fairseq)
+    return fsdp_wrap(layer, min_num_params=0 if checkpoint else cfg.min_params_to_wrap)
+
+
+class PluginTransformerEncoder(TransformerEncoderBase):
+    """fairseq's encoder with ``cfg.encoder.layers`` layers of class :attr:`layer_cls`.
+
+    Input ``src_tokens`` (B, S); output ``encoder_out["encoder_out"][0]`` (S, B, C).
+    """
+
+    layer_cls = TransformerEncoderLayerBase
+
+    def build_encoder_layer(self, cfg):
+        return wrap_layer(self.layer_cls(cfg, return_fc=self.return_fc), cfg)
+
+
+class PluginTransformerDecoder(TransformerDecoderBase):
+    """fairseq's decoder with ``cfg.decoder.layers`` layers of class :attr:`layer_cls`.
+
+    Input ``prev_output_tokens`` (B, T); output logits (B, T, V).
+    """
+
+    layer_cls = TransformerDecoderLayerBase
+
+    def build_decoder_layer(self, cfg, no_encoder_attn=False):
+        return wrap_layer(self.layer_cls(cfg, no_encoder_attn=no_encoder_attn), cfg)
