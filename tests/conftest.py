@@ -1,0 +1,89 @@
+"""Shared fixtures: tiny binarised data, a CLI runner, the plugin's registry."""
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import fairseq_layernorm_plugins  # noqa: F401  (registers the plugin for in-process tests)
+
+REPO = Path(__file__).resolve().parents[1]
+PLUGIN_DIR = REPO / "fairseq_layernorm_plugins"
+SHARED_DATA = Path(os.environ.get("SHARED_DATA", REPO.parent / "shared" / "data"))
+BIN = Path(sys.executable).parent  # the venv's fairseq-* entry points
+
+# a model small enough that a CLI run takes seconds on 2 cores
+TINY_MODEL = (
+    "--encoder-layers 2 --decoder-layers 2 --encoder-embed-dim 32 --decoder-embed-dim 32 "
+    "--encoder-ffn-embed-dim 64 --decoder-ffn-embed-dim 64 "
+    "--encoder-attention-heads 2 --decoder-attention-heads 2"
+).split()
+
+
+def run_cli(tool, *args, cwd=None, timeout=300):
+    """Run a fairseq console script (``fairseq-train`` ...); return its combined output.
+
+    On failure the test fails with the tail of the log rather than a bare exit code.
+    """
+    cmd = [str(BIN / tool), *map(str, args)]
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    out = proc.stdout + proc.stderr
+    if proc.returncode != 0:
+        pytest.fail(f"{' '.join(cmd)} exited {proc.returncode}:\n{out[-4000:]}")
+    return out
+
+
+def json_records(log, kind):
+    """fairseq ``--log-format json`` lines of one kind (``train_inner``, ``train``, ``valid``)."""
+    records = []
+    for line in log.splitlines():
+        if f"| {kind} | {{" in line:
+            records.append(json.loads(line.split(f"| {kind} | ", 1)[1]))
+    return records
+
+
+def write_reversal_task(directory, seed=0, sizes=(("train", 1200), ("valid", 80), ("test", 40))):
+    """A learnable toy translation task: target = source reversed through a word map."""
+    rng = random.Random(seed)
+    vocab = [f"w{i}" for i in range(24)]
+    for split, n in sizes:
+        with open(directory / f"{split}.src", "w") as fs, open(directory / f"{split}.tgt", "w") as ft:
+            for _ in range(n):
+                words = [rng.choice(vocab) for _ in range(rng.randint(3, 10))]
+                fs.write(" ".join(words) + "\n")
+                ft.write(" ".join("v" + w[1:] for w in reversed(words)) + "\n")
+
+
+@pytest.fixture(scope="session")
+def tiny_data_bin(tmp_path_factory):
+    """A fairseq data-bin (src -> tgt) made by the real ``fairseq-preprocess``."""
+    root = tmp_path_factory.mktemp("tiny")
+    write_reversal_task(root)
+    run_cli(
+        "fairseq-preprocess", "--source-lang", "src", "--target-lang", "tgt",
+        "--trainpref", root / "train", "--validpref", root / "valid", "--testpref", root / "test",
+        "--destdir", root / "bin", "--workers", "1",
+    )
+    return root / "bin"
+
+
+def plugin_archs():
+    """{arch name: model name} for every architecture this package registers."""
+    from fairseq.models import ARCH_MODEL_NAME_REGISTRY, ARCH_MODEL_REGISTRY
+
+    return {
+        arch: ARCH_MODEL_NAME_REGISTRY[arch]
+        for arch, model_cls in ARCH_MODEL_REGISTRY.items()
+        if model_cls.__module__.startswith("fairseq_layernorm_plugins.")
+    }
+
+
+def shared_data(*parts):
+    """A path under ../shared/data, or skip the test (with the reason) if it is absent."""
+    path = SHARED_DATA.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"{path} not found (real-data tests need ../shared/data beside the repo)")
+    return path

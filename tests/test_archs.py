@@ -1,0 +1,166 @@
+"""Every registered architecture builds, runs forward/backward, and has the structure
+its paper prescribes."""
+import argparse
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import TINY_MODEL, plugin_archs
+from fairseq import options, tasks
+from fairseq.models.transformer import TransformerConfig, transformer_legacy
+
+from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
+
+from fairseq_layernorm_plugins.models.base import ARCH_SIZES
+from fairseq_layernorm_plugins.modules import PluginTransformerEncoder
+
+ARCHS = plugin_archs()
+
+
+def parse(data_bin, arch, *extra):
+    parser = options.get_training_parser()
+    return options.parse_args_and_arch(parser, [str(data_bin), "--arch", arch, "--cpu", *extra])
+
+
+def build(data_bin, arch, *extra):
+    args = parse(data_bin, arch, *extra)
+    task = tasks.setup_task(args)
+    torch.manual_seed(1)
+    return task.build_model(args), task, args
+
+
+def batch(task, n=8):
+    task.load_dataset("valid")
+    dataset = task.dataset("valid")
+    return dataset.collater([dataset[i] for i in range(n)])
+
+
+def test_registry_has_every_method_and_size():
+    expected = {"transformer_preln" + suffix for suffix in ARCH_SIZES}
+    assert expected <= set(ARCHS)
+    assert all(ARCHS[a] == "transformer_preln" for a in expected)
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHS))
+def test_arch_forward_backward_finite(tiny_data_bin, arch):
+    model, task, _ = build(tiny_data_bin, arch, *TINY_MODEL)
+    sample = batch(task)
+    model.train()
+    logits, _ = model(**sample["net_input"])
+    assert logits.shape[:2] == sample["target"].shape
+    loss = F.cross_entropy(
+        logits.view(-1, logits.size(-1)), sample["target"].view(-1), ignore_index=task.target_dictionary.pad()
+    )
+    loss.backward()
+    for name, p in model.named_parameters():
+        assert p.grad is not None, f"{arch}: {name} gets no gradient (DDP would fail)"
+        assert torch.isfinite(p.grad).all(), f"{arch}: non-finite gradient in {name}"
+
+
+@pytest.mark.parametrize("suffix", sorted(ARCH_SIZES))
+def test_size_variants_chain_to_fairseq_archs(tiny_data_bin, suffix):
+    """Each Pre-LN size = fairseq's arch of that size, with only the Pre-LN flags changed."""
+    ours = vars(parse(tiny_data_bin, "transformer_preln" + suffix))
+    fairseq_arch = {
+        "": "transformer",
+        "_iwslt_de_en": "transformer_iwslt_de_en",
+        "_wmt_en_de": "transformer_wmt_en_de",
+        "_wmt_en_de_big": "transformer_wmt_en_de_big",
+        "_wmt_en_de_deep": "transformer_wmt_en_de",
+    }[suffix]
+    theirs = vars(parse(tiny_data_bin, fairseq_arch))
+    differ = {k for k in ours.keys() | theirs.keys() if ours.get(k) != theirs.get(k)}
+    expected = {"arch", "_name", "encoder_normalize_before", "decoder_normalize_before"}
+    if suffix == "_wmt_en_de_deep":
+        expected |= {"encoder_layers", "decoder_layers"}
+        assert (ours["encoder_layers"], ours["decoder_layers"]) == (18, 18)
+    assert differ <= expected, f"unexpected differences: {differ - expected}"
+    assert ours["encoder_normalize_before"] and ours["decoder_normalize_before"]
+    assert not theirs["encoder_normalize_before"]
+
+
+def test_depth_from_command_line(tiny_data_bin):
+    args = parse(tiny_data_bin, "transformer_preln_wmt_en_de_deep", "--encoder-layers", "60", "--decoder-layers", "12")
+    assert (args.encoder_layers, args.decoder_layers) == (60, 12)
+    assert args.encoder_embed_dim == 512
+
+
+def test_preln_structure(tiny_data_bin):
+    model, _, _ = build(tiny_data_bin, "transformer_preln_iwslt_de_en", *TINY_MODEL)
+    for stack in (model.encoder, model.decoder):
+        assert isinstance(stack.layer_norm, torch.nn.LayerNorm), "Pre-LN needs a final LayerNorm on each stack"
+        assert all(layer.normalize_before for layer in stack.layers)
+
+
+def test_preln_rejects_dropping_the_final_norm(tiny_data_bin):
+    with pytest.raises(ValueError, match="final LayerNorm"):
+        build(tiny_data_bin, "transformer_preln_iwslt_de_en", *TINY_MODEL, "--no-decoder-final-norm")
+
+
+def _ffn(layer, x):
+    return layer.fc2(torch.relu(layer.fc1(x)))
+
+
+def test_preln_encoder_layer_equations(tiny_data_bin):
+    """x1 = x + Attn(LN1(x)); out = x1 + FFN(LN2(x1))  (Xiong et al. 2020, Fig. 1 (b))."""
+    model, _, _ = build(tiny_data_bin, "transformer_preln_iwslt_de_en", *TINY_MODEL)
+    model.eval()
+    layer = model.encoder.layers[0]
+    x = torch.randn(5, 3, 32)  # (S, B, C)
+    pad = torch.zeros(3, 5, dtype=torch.bool)
+    pad[0, -2:] = True
+    h = layer.self_attn_layer_norm(x)
+    x1 = x + layer.self_attn(h, h, h, key_padding_mask=pad, need_weights=False)[0]
+    expected = x1 + _ffn(layer, layer.final_layer_norm(x1))
+    torch.testing.assert_close(layer(x, pad), expected)
+
+
+def test_preln_decoder_layer_equations(tiny_data_bin):
+    """x1 = x + SelfAttn(LN(x)); x2 = x1 + CrossAttn(LN(x1)); out = x2 + FFN(LN(x2))."""
+    model, _, _ = build(tiny_data_bin, "transformer_preln_iwslt_de_en", *TINY_MODEL)
+    model.eval()
+    layer = model.decoder.layers[0]
+    x, enc = torch.randn(4, 2, 32), torch.randn(6, 2, 32)  # (T, B, C), (S, B, C)
+    causal = torch.triu(torch.full((4, 4), float("-inf")), 1)
+    h = layer.self_attn_layer_norm(x)
+    x1 = x + layer.self_attn(h, h, h, attn_mask=causal, need_weights=False)[0]
+    h = layer.encoder_attn_layer_norm(x1)
+    x2 = x1 + layer.encoder_attn(h, enc, enc, need_weights=False)[0]
+    expected = x2 + _ffn(layer, layer.final_layer_norm(x2))
+    out = layer(x, encoder_out=enc, encoder_padding_mask=None, self_attn_mask=causal)[0]
+    torch.testing.assert_close(out, expected)
+
+
+class DoubledResidualLayer(TransformerEncoderLayerBase):
+    def residual_connection(self, x, residual):
+        return x + 2 * residual
+
+
+class DoubledResidualEncoder(PluginTransformerEncoder):
+    layer_cls = DoubledResidualLayer
+
+
+@pytest.mark.parametrize("checkpoint_activations", [False, True])
+def test_stacks_build_the_methods_layer_class(tiny_data_bin, checkpoint_activations):
+    """The hook later methods use: a stack subclass swaps in its own layer class and
+    keeps fairseq's activation-checkpoint wrapping."""
+    flags = ["--checkpoint-activations"] if checkpoint_activations else []
+    model, task, args = build(tiny_data_bin, "transformer_preln_iwslt_de_en", *TINY_MODEL, *flags)
+    cfg = TransformerConfig.from_namespace(args)
+    encoder = DoubledResidualEncoder(cfg, task.source_dictionary, model.encoder.embed_tokens)
+    assert all(type(layer) is DoubledResidualLayer for layer in encoder.layers)
+    # fairseq's checkpoint_wrapper patches forward in place and keeps the original here
+    assert all(hasattr(layer, "precheckpoint_forward") == checkpoint_activations for layer in encoder.layers)
+    encoder.load_state_dict(model.encoder.state_dict())
+    encoder.eval(), model.eval()
+    src = batch(task)["net_input"]
+    ours = encoder(src["src_tokens"], src["src_lengths"])["encoder_out"][0]
+    base = model.encoder(src["src_tokens"], src["src_lengths"])["encoder_out"][0]
+    assert not torch.allclose(ours, base), "the swapped-in residual_connection was not used"
+
+
+def test_fairseq_base_arch_untouched():
+    """Registering our archs must not change fairseq's own defaults (Post-LN baseline)."""
+    args = argparse.Namespace()
+    transformer_legacy.transformer_iwslt_de_en(args)
+    assert args.encoder_normalize_before is False and args.decoder_normalize_before is False

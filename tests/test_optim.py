@@ -1,0 +1,186 @@
+"""Optimizers and LR schedules, built from command-line flags through fairseq's registries."""
+import io
+import math
+
+import pytest
+import torch
+from fairseq import optim, options
+from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+from fairseq.optim.fp16_optimizer import FP16Optimizer
+from fairseq.optim.lr_scheduler import build_lr_scheduler
+
+
+def config(data_bin, *flags):
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(parser, [str(data_bin), "--arch", "transformer_preln", "--cpu", *flags])
+    return convert_namespace_to_omegaconf(args)
+
+
+def reference_radam(p, grads, lr, beta1, beta2, eps, weight_decay, decoupled):
+    """RAdam, Liu et al. 2020 Algorithm 2, written out independently of torch.optim.
+
+    Decoupled weight decay as in the authors' code: p <- p (1 - lr wd) before the step.
+    """
+    m, v = torch.zeros_like(p), torch.zeros_like(p)
+    rho_inf = 2 / (1 - beta2) - 1
+    for t, g in enumerate(grads, start=1):
+        if decoupled:
+            p = p * (1 - lr * weight_decay)
+        else:
+            g = g + weight_decay * p
+        m = beta1 * m + (1 - beta1) * g
+        v = beta2 * v + (1 - beta2) * g * g
+        m_hat = m / (1 - beta1**t)
+        rho_t = rho_inf - 2 * t * beta2**t / (1 - beta2**t)
+        if rho_t > 5:
+            r = math.sqrt((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t))
+            p = p - lr * r * m_hat * math.sqrt(1 - beta2**t) / (v.sqrt() + eps)
+        else:
+            p = p - lr * m_hat
+    return p
+
+
+@pytest.mark.parametrize("l2", [False, True])
+def test_radam_matches_the_paper_algorithm(tiny_data_bin, l2):
+    flags = ["--optimizer", "radam", "--lr", "0.01", "--adam-betas", "(0.8, 0.95)", "--adam-eps", "1e-6", "--weight-decay", "0.1"]
+    cfg = config(tiny_data_bin, *flags, *(["--radam-l2-weight-decay"] if l2 else []))
+    torch.manual_seed(0)
+    p0 = torch.randn(7, dtype=torch.float64)
+    grads = [torch.randn(7, dtype=torch.float64) for _ in range(25)]  # rho_t > 5 from t = 4
+    param = torch.nn.Parameter(p0.clone())
+    opt = optim.build_optimizer(cfg.optimizer, [param])
+    assert type(opt).__name__ == "FairseqRAdam"
+    for g in grads:
+        param.grad = g.clone()
+        opt.step()
+    expected = reference_radam(p0, grads, 0.01, 0.8, 0.95, 1e-6, 0.1, decoupled=not l2)
+    torch.testing.assert_close(param.data, expected, rtol=1e-10, atol=1e-12)
+
+
+def test_radam_under_fairseqs_fp16_wrapper(tiny_data_bin):
+    """--fp16: fp32 master weights get RAdam's update, the fp16 model gets their copy."""
+    cfg = config(
+        tiny_data_bin, "--optimizer", "radam", "--lr", "0.01", "--adam-betas", "(0.9, 0.98)",
+        "--fp16", "--fp16-no-flatten-grads", "--fp16-init-scale", "128",
+    )
+    torch.manual_seed(0)
+    half = torch.nn.Linear(4, 3).half()
+    full = torch.nn.Linear(4, 3).double()
+    full.load_state_dict(half.state_dict())
+    fp16_opt = FP16Optimizer.build_optimizer(cfg, list(half.parameters()))
+    ref_opt = optim.build_optimizer(cfg.optimizer, list(full.parameters()))
+    for _ in range(6):
+        x = torch.randn(5, 4)
+        fp16_opt.zero_grad()
+        fp16_opt.backward(half(x.half()).float().pow(2).sum())  # scaled by 128 inside
+        fp16_opt.step()
+        ref_opt.zero_grad()
+        full(x.double()).pow(2).sum().backward()
+        ref_opt.step()
+    for p, q in zip(half.parameters(), full.parameters()):
+        assert p.dtype == torch.float16
+        torch.testing.assert_close(p.double(), q, rtol=0, atol=5e-3)
+    assert fp16_opt.scaler.loss_scale == 128
+
+
+def test_radam_state_survives_a_checkpoint(tiny_data_bin):
+    cfg = config(tiny_data_bin, "--optimizer", "radam", "--lr", "0.01")
+    a, b = torch.nn.Parameter(torch.ones(3)), torch.nn.Parameter(torch.ones(3))
+    opt_a, opt_b = optim.build_optimizer(cfg.optimizer, [a]), optim.build_optimizer(cfg.optimizer, [b])
+    for _ in range(3):
+        a.grad = torch.tensor([1.0, -2.0, 0.5])
+        opt_a.step()
+    b.data.copy_(a.data)
+    saved = io.BytesIO()
+    torch.save(opt_a.state_dict(), saved)  # what a checkpoint does
+    opt_b.load_state_dict(torch.load(io.BytesIO(saved.getvalue())))
+    for p, opt in ((a, opt_a), (b, opt_b)):
+        p.grad = torch.tensor([0.3, 0.3, -1.0])
+        opt.step()
+    torch.testing.assert_close(a.data, b.data, rtol=0, atol=0)
+
+
+def schedule(data_bin, *flags):
+    cfg = config(data_bin, "--optimizer", "adam", *flags)
+    opt = optim.build_optimizer(cfg.optimizer, [torch.nn.Parameter(torch.zeros(1))])
+    return build_lr_scheduler(cfg.lr_scheduler, opt), opt
+
+
+def run_epochs(sched, epochs, updates_per_epoch, start_update=0):
+    """Call the scheduler the way fairseq's trainer does; return {(epoch, update): lr}."""
+    lrs, t = {}, start_update
+    for epoch in epochs:
+        sched.step_begin_epoch(epoch)
+        for _ in range(updates_per_epoch):
+            t += 1
+            lrs[epoch, t] = sched.step_update(t)
+        sched.step(epoch, val_loss=1.0)
+    return lrs
+
+
+def test_inverse_sqrt_nowarmup_values(tiny_data_bin):
+    sched, opt = schedule(tiny_data_bin, "--lr", "5e-4", "--lr-scheduler", "inverse_sqrt_nowarmup", "--decay-period", "4000")
+    assert opt.get_lr() == pytest.approx(5e-4)  # starts at the peak: no warm-up
+    assert sched.step_update(4000) == pytest.approx(5e-4 / math.sqrt(2))
+    assert sched.step_update(12000) == pytest.approx(5e-4 / 2)
+    assert sched.step_update(396000) == pytest.approx(5e-4 / 10)
+    assert opt.get_lr() == pytest.approx(5e-5)
+
+
+def test_epoch_decay_iwslt_recipe(tiny_data_bin):
+    """Pre-LN IWSLT14: 5e-4 constant, x0.1 from epoch 8 on."""
+    sched, opt = schedule(tiny_data_bin, "--lr", "5e-4", "--lr-scheduler", "epoch_decay_nowarmup", "--decay-epoch", "8", "--decay-factor", "0.1")
+    assert opt.get_lr() == pytest.approx(5e-4)
+    lrs = run_epochs(sched, range(1, 11), updates_per_epoch=10)
+    for (epoch, _), lr in lrs.items():
+        assert lr == pytest.approx(5e-4 if epoch < 8 else 5e-5), epoch
+
+
+def test_epoch_decay_then_inverse_sqrt(tiny_data_bin):
+    """Pre-LN WMT14: decay at epoch k, then lr * factor * sqrt(t_k / t)."""
+    flags = ["--lr", "1e-3", "--lr-scheduler", "epoch_decay_nowarmup", "--decay-epoch", "3", "--decay-factor", "0.5", "--inverse-sqrt-after-decay"]
+    sched, _ = schedule(tiny_data_bin, *flags)
+    lrs = run_epochs(sched, range(1, 9), updates_per_epoch=10)  # epoch 3 begins after t_k = 20
+    assert lrs[2, 20] == pytest.approx(1e-3)
+    assert lrs[3, 20 + 1] == pytest.approx(5e-4 * math.sqrt(20 / 21))
+    assert lrs[5, 45] == pytest.approx(5e-4 * math.sqrt(20 / 45))
+    assert lrs[8, 80] == pytest.approx(5e-4 / 2)
+
+    # resume from a checkpoint written after epoch 5, as fairseq's trainer does
+    resumed, _ = schedule(tiny_data_bin, *flags)
+    resumed.load_state_dict(sched_state_after(tiny_data_bin, flags, epochs=5, updates_per_epoch=10))
+    resumed.step(5)
+    resumed.step_update(50)
+    lrs_resumed = run_epochs(resumed, range(6, 9), updates_per_epoch=10, start_update=50)
+    for key, lr in lrs_resumed.items():
+        assert lr == pytest.approx(lrs[key])
+
+
+def sched_state_after(data_bin, flags, epochs, updates_per_epoch):
+    sched, _ = schedule(data_bin, *flags)
+    run_epochs(sched, range(1, epochs + 1), updates_per_epoch)
+    return sched.state_dict()
+
+
+def test_epoch_decay_resume_before_decay_epoch(tiny_data_bin):
+    """A checkpoint from before the decay epoch: t_k is found after the resume."""
+    flags = ["--lr", "1e-3", "--lr-scheduler", "epoch_decay_nowarmup", "--decay-epoch", "3", "--decay-factor", "1", "--inverse-sqrt-after-decay"]
+    resumed, _ = schedule(tiny_data_bin, *flags)
+    resumed.load_state_dict(sched_state_after(tiny_data_bin, flags, epochs=2, updates_per_epoch=10))
+    resumed.step(2)
+    resumed.step_update(20)
+    lrs = run_epochs(resumed, range(3, 5), updates_per_epoch=10, start_update=20)
+    assert lrs[4, 40] == pytest.approx(1e-3 * math.sqrt(20 / 40))
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--lr-scheduler", "inverse_sqrt_nowarmup", "--decay-period", "0"], "decay-period"),
+        (["--lr-scheduler", "epoch_decay_nowarmup", "--decay-epoch", "0"], "1-based"),
+        (["--lr-scheduler", "epoch_decay_nowarmup", "--lr", "1e-3,5e-4"], "single --lr"),
+    ],
+)
+def test_schedules_reject_bad_flags(tiny_data_bin, flags, message):
+    with pytest.raises(ValueError, match=message):
+        schedule(tiny_data_bin, *flags)
