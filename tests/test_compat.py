@@ -1,0 +1,59 @@
+"""Importing the plugin: supported fairseq only, with a one-line fix; checkpoints load."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from fairseq_layernorm_plugins._compat import fairseq_version_problem
+
+
+@pytest.mark.parametrize("version", ["0.12.2", "0.12.3", "0.12.3.1"])
+def test_supported_fairseq_versions(version):
+    assert fairseq_version_problem(version) is None
+
+
+@pytest.mark.parametrize("version", ["0.10.2", "0.13.0", "1.0.0a0"])
+def test_unsupported_fairseq_version_names_the_fix(version):
+    problem = fairseq_version_problem(version)
+    assert version in problem and "setup_env.sh" in problem and "\n" not in problem
+
+
+def _import_plugin_with(fake_fairseq_source, tmp_path):
+    """Import the plugin in a fresh interpreter that sees a fake ``fairseq`` first."""
+    (tmp_path / "fairseq").mkdir()
+    (tmp_path / "fairseq" / "__init__.py").write_text(textwrap.dedent(fake_fairseq_source))
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    return subprocess.run(
+        [sys.executable, "-c", "import fairseq_layernorm_plugins"], capture_output=True, text=True, env=env
+    )
+
+
+def test_import_fails_in_one_line_on_an_old_fairseq(tmp_path):
+    proc = _import_plugin_with("__version__ = '0.10.2'\n", tmp_path)
+    assert proc.returncode != 0
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("fairseq_layernorm_plugins._compat.UnsupportedFairseqError: ")
+    assert "found fairseq 0.10.2" in last and "scripts/setup_env.sh" in last
+
+
+def test_import_fails_in_one_line_without_fairseq(tmp_path):
+    proc = _import_plugin_with("raise ModuleNotFoundError(\"No module named 'fairseq'\", name='fairseq')\n", tmp_path)
+    assert proc.returncode != 0
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "fairseq is not installed" in last and "scripts/setup_env.sh" in last
+
+
+def test_checkpoint_loading_is_enabled_on_import():
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"}
+    code = "import os, fairseq_layernorm_plugins; print(os.environ['TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD'])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.strip() == "1"
+
+
+def test_users_own_setting_wins():
+    env = {**os.environ, "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "0"}
+    code = "import os, fairseq_layernorm_plugins; print(os.environ['TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD'])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.strip() == "0"
