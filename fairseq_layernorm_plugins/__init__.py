@@ -9,10 +9,15 @@ Layout:
     modules/       the shared layer/encoder/decoder subclasses built on fairseq's hooks
     optim/         optimizers (``radam``) and, in ``optim/lr_scheduler/``, LR schedules
 """
-from fairseq_layernorm_plugins._compat import check_fairseq, enable_fairseq_checkpoint_loading
+from fairseq_layernorm_plugins._compat import (
+    check_fairseq,
+    enable_fairseq_checkpoint_loading,
+    keep_last_batch,
+)
 
 enable_fairseq_checkpoint_loading()
 check_fairseq()
+keep_last_batch()
 
 from fairseq_layernorm_plugins import models, optim  # noqa: E402,F401  (registers everything)
 

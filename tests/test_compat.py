@@ -4,6 +4,7 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 
 from fairseq_layernorm_plugins._compat import fairseq_version_problem
@@ -57,3 +58,29 @@ def test_users_own_setting_wins():
     code = "import os, fairseq_layernorm_plugins; print(os.environ['TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD'])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert out.stdout.strip() == "0"
+
+
+@pytest.mark.parametrize("n, multiple", [(100, 8), (7, 8), (43, 8), (64, 8), (10, 1)])
+def test_every_sentence_is_batched(n, multiple):
+    """fairseq main drops the last n % 8 sentences of every split; the plugin restores them."""
+    import numpy as np
+    from fairseq.data import data_utils
+
+    for tokens in (10, 200):  # one batch, or several cut by --max-tokens
+        batches = data_utils.batch_by_size(
+            np.arange(n, dtype=np.int64), lambda i: tokens, max_tokens=4000, required_batch_size_multiple=multiple
+        )
+        assert np.concatenate(batches).tolist() == list(range(n))
+        assert all(len(b) % multiple == 0 for b in batches[:-1])
+
+
+def test_fairseq_datasets_use_the_fix(tiny_data_bin):
+    """The path fairseq-generate takes: a real dataset's batch_by_size, 43 test sentences."""
+    from fairseq import options, tasks
+
+    args = options.parse_args_and_arch(options.get_training_parser(), [str(tiny_data_bin), "--arch", "transformer"])
+    task = tasks.setup_task(args)
+    task.load_dataset("valid")  # 80 sentences: 80 % 8 == 0, so also check a prefix of 43
+    dataset = task.dataset("valid")
+    batches = dataset.batch_by_size(np.arange(43, dtype=np.int64), max_tokens=4000, required_batch_size_multiple=8)
+    assert sum(len(b) for b in batches) == 43

@@ -1,0 +1,1 @@
+"""Corpus preparation (not a fairseq plugin: nothing here registers anything)."""

@@ -1,0 +1,120 @@
+"""IWSLT14-mini: a small real IWSLT14 De-En set built from what ``../shared/data/iwslt14``
+holds (see its PROVENANCE.md), for CPU experiments, tests and the README's main job.
+
+Everything is already Moses-tokenised, lowercased and BPE-segmented with fairseq's
+10k joint merges (``code``), exactly as ``prepare-iwslt14.sh`` makes it:
+
+* train: the two random samples of fairseq's train split (deduplicated) plus the
+  fairseq valid split (itself every 23rd train line) minus the lines held out below.
+  The samples' BPE is undone and the shared ``code`` re-applied (subword-nmt): the
+  ``7a54319`` sample comes out unchanged, but ``7750e75`` was segmented with another
+  BPE model (only ~30% of its English lines match the shared codes), which would
+  otherwise nearly double the vocabulary;
+* valid: every ``valid_every``-th line of the fairseq valid split;
+* test: the official test set (dev2010 + dev2012 + tst2010 + tst2011 + tst2012,
+  6750 lines), or ``test_lines`` evenly spaced lines of it for quick runs.
+
+The output directory holds ``bin/`` (fairseq data-bin; separate dictionaries as in
+fairseq's IWSLT14 recipe, or ``joined=True`` for ``--share-all-embeddings``) and
+``test.ref.{de,en}``: the references without BPE (tokenised, lowercased), for
+tokenised BLEU, the convention for IWSLT14.
+"""
+import argparse
+import hashlib
+import json
+from pathlib import Path
+
+from fairseq_layernorm_plugins.prepare.textio import (
+    DataError,
+    atomic_directory,
+    fairseq_preprocess,
+    read_lines,
+    read_parallel,
+    write_lines,
+)
+
+PREPARED = "fairseq_iwslt14.tokenized.de-en"
+SAMPLES = ("train_samples/lr_samples_first_7750e75", "train_samples/lr_samples_first_7a54319")
+
+
+def remove_bpe(line):
+    return (line + " ").replace("@@ ", "").rstrip()
+
+
+def load_bpe(codes_path):
+    from subword_nmt.apply_bpe import BPE
+
+    read_lines(codes_path)  # a clear error if missing, empty or not UTF-8
+    with open(codes_path, encoding="utf-8") as codes:
+        return BPE(codes)
+
+
+def resegment(bpe, line):
+    """Undo BPE and re-apply ``bpe`` (so all splits share one segmentation)."""
+    return bpe.process_line(remove_bpe(line))
+
+
+def build_splits(iwslt_dir, src="de", tgt="en", valid_every=8, test_lines=None):
+    """Return {"train"|"valid"|"test": [(src, tgt), ...]} from the shared IWSLT14 files."""
+    iwslt_dir = Path(iwslt_dir)
+    bpe = load_bpe(iwslt_dir / PREPARED / "code")
+    samples = []
+    for sample in SAMPLES:
+        pairs = read_parallel(iwslt_dir / sample / f"train.{src}", iwslt_dir / sample / f"train.{tgt}")
+        samples += [(resegment(bpe, s), resegment(bpe, t)) for s, t in pairs]
+    fairseq_valid = read_parallel(iwslt_dir / PREPARED / f"valid.{src}", iwslt_dir / PREPARED / f"valid.{tgt}")
+    test = read_parallel(iwslt_dir / PREPARED / f"test.{src}", iwslt_dir / PREPARED / f"test.{tgt}")
+
+    valid = fairseq_valid[::valid_every]
+    held_out = set(valid)
+    train = list(dict.fromkeys(samples + [p for p in fairseq_valid if p not in held_out]))
+    if test_lines:
+        step = max(1, len(test) // test_lines)
+        test = test[::step][:test_lines]
+    return {"train": train, "valid": valid, "test": test}
+
+
+def prepare(iwslt_dir, out_dir, src="de", tgt="en", valid_every=8, test_lines=None, joined=False, workers=2, force=False):
+    """Build IWSLT14-mini into ``out_dir`` (atomically); skip if already built from the
+    same inputs and options. Returns the summary written to ``out_dir/stamp.json``."""
+    out_dir = Path(out_dir)
+    splits = build_splits(iwslt_dir, src, tgt, valid_every, test_lines)
+    digest = hashlib.sha256(json.dumps(splits, ensure_ascii=False).encode()).hexdigest()
+    summary = {"src": src, "tgt": tgt, "joined_dictionary": joined, "sizes": {k: len(v) for k, v in splits.items()}, "sha256": digest}
+    stamp = out_dir / "stamp.json"
+    if not force and stamp.exists() and json.loads(stamp.read_text()) == summary:
+        return summary
+    with atomic_directory(out_dir) as tmp:
+        for split, pairs in splits.items():
+            write_lines(tmp / f"{split}.{src}", [s for s, _ in pairs])
+            write_lines(tmp / f"{split}.{tgt}", [t for _, t in pairs])
+        for lang, side in ((src, 0), (tgt, 1)):
+            write_lines(tmp / f"test.ref.{lang}", [remove_bpe(p[side]) for p in splits["test"]])
+        fairseq_preprocess(tmp / "train", tmp / "valid", tmp / "test", tmp / "bin", src, tgt, joined, workers)
+        (tmp / "stamp.json").write_text(json.dumps(summary, indent=1))
+    return summary
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--iwslt-dir", default=str(Path(__file__).resolve().parents[3] / "shared" / "data" / "iwslt14"),
+                        help="folder with fairseq_iwslt14.tokenized.de-en/ and train_samples/ (default: ../shared/data/iwslt14)")
+    parser.add_argument("--out", default="data/iwslt14-mini", help="output directory (default: data/iwslt14-mini)")
+    parser.add_argument("--src", default="de")
+    parser.add_argument("--tgt", default="en")
+    parser.add_argument("--valid-every", type=int, default=8, help="hold out every N-th line of fairseq's valid split")
+    parser.add_argument("--test-lines", type=int, default=None, help="use N evenly spaced test lines (default: all 6750)")
+    parser.add_argument("--joined-dictionary", action="store_true", help="one dictionary for both languages")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--force", action="store_true", help="rebuild even if the stamp says it is up to date")
+    args = parser.parse_args(argv)
+    try:
+        summary = prepare(args.iwslt_dir, args.out, args.src, args.tgt, args.valid_every, args.test_lines, args.joined_dictionary, args.workers, args.force)
+    except DataError as err:
+        parser.exit(2, f"error: {err}\n")
+    print(f"IWSLT14-mini in {args.out}: " + ", ".join(f"{k} {v}" for k, v in summary["sizes"].items()))
+    return summary
+
+
+if __name__ == "__main__":
+    main()

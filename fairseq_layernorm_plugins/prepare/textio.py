@@ -1,0 +1,72 @@
+"""Reading parallel text safely and writing output directories atomically."""
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+
+class DataError(ValueError):
+    """Bad input data; the message is one line naming the file (and line)."""
+
+
+def read_lines(path):
+    """Lines of a UTF-8 text file without their newline; a clear error on bad bytes."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: file not found")
+    lines = []
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, start=1):
+            try:
+                lines.append(raw.decode("utf-8").rstrip("\r\n"))
+            except UnicodeDecodeError as err:
+                raise DataError(f"{path}:{number}: invalid UTF-8 ({err.reason} at byte {err.start})") from None
+    if not any(line.strip() for line in lines):
+        raise DataError(f"{path}: empty or all-blank file")
+    return lines
+
+
+def read_parallel(src_path, tgt_path):
+    """Aligned (source, target) line pairs; misaligned files are an error naming both."""
+    src, tgt = read_lines(src_path), read_lines(tgt_path)
+    if len(src) != len(tgt):
+        raise DataError(f"{src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}: not aligned")
+    return list(zip(src, tgt))
+
+
+def write_lines(path, lines):
+    with open(path, "w", encoding="utf-8") as f:
+        f.writelines(line + "\n" for line in lines)
+
+
+@contextlib.contextmanager
+def atomic_directory(destination):
+    """Yield a temporary directory beside ``destination``; rename it into place only if
+    the block completes, so a failure never leaves a half-written ``destination``."""
+    destination = Path(destination)
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{destination.name}.tmp-", dir=destination.parent))
+    try:
+        yield tmp
+        if destination.exists():
+            shutil.rmtree(destination)
+        os.replace(tmp, destination)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def fairseq_preprocess(trainpref, validpref, testpref, destdir, src, tgt, joined=False, workers=2):
+    """Binarise with the real ``fairseq-preprocess`` (from the running environment)."""
+    cmd = [
+        str(Path(sys.executable).parent / "fairseq-preprocess"),
+        "--source-lang", src, "--target-lang", tgt,
+        "--trainpref", str(trainpref), "--validpref", str(validpref), "--testpref", str(testpref),
+        "--destdir", str(destdir), "--workers", str(workers),
+    ] + (["--joined-dictionary"] if joined else [])
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"fairseq-preprocess failed:\n{proc.stderr[-3000:]}")
