@@ -31,13 +31,14 @@ RUNS = [(arch, ADAM, WARMUP) for arch in MODEL_ARCHS] + [
 
 
 def train(data_bin, save_dir, arch, optimizer, schedule, max_update):
+    # exactly the README's form: run from the repository root with a relative --user-dir
     return run_cli(
-        "fairseq-train", data_bin, "--user-dir", PLUGIN_DIR, "--arch", arch, *TINY_MODEL,
+        "fairseq-train", data_bin, "--user-dir", PLUGIN_DIR.name, "--arch", arch, *TINY_MODEL,
         *optimizer, *schedule, "--lr", "3e-3", "--weight-decay", "1e-4", "--clip-norm", "0",
         "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
         "--max-tokens", "1000", "--max-update", max_update, "--seed", "1", "--cpu",
         "--save-dir", save_dir, "--no-epoch-checkpoints", "--log-format", "json",
-        "--log-interval", "1", "--no-progress-bar",
+        "--log-interval", "1", "--no-progress-bar", cwd=PLUGIN_DIR.parent,
     )
 
 
@@ -74,8 +75,8 @@ def test_train_resume_generate(tiny_data_bin, tmp_path, arch, optimizer, schedul
     assert float(resumed[-1]["loss"]) < losses[0]
 
     out = run_cli(
-        "fairseq-generate", tiny_data_bin, "--user-dir", PLUGIN_DIR, "--path", save / "checkpoint_last.pt",
-        "--gen-subset", "test", "--beam", "3", "--batch-size", "20", "--cpu",
+        "fairseq-generate", tiny_data_bin, "--user-dir", PLUGIN_DIR.name, "--path", save / "checkpoint_last.pt",
+        "--gen-subset", "test", "--beam", "3", "--batch-size", "20", "--cpu", cwd=PLUGIN_DIR.parent,
     )
     hypotheses = [line for line in out.splitlines() if line.startswith("H-")]
     assert len(hypotheses) == 40 and all(len(h.split("\t")) == 3 for h in hypotheses)
