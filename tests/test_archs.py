@@ -11,7 +11,7 @@ from fairseq.models.transformer import TransformerConfig, transformer_legacy
 
 from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
 
-from fairseq_layernorm_plugins.models.base import ARCH_SIZES
+from fairseq_layernorm_plugins.models.base import ARCH_FAMILIES, ARCH_SIZES
 from fairseq_layernorm_plugins.modules import PluginTransformerEncoder
 
 ARCHS = plugin_archs()
@@ -35,10 +35,11 @@ def batch(task, n=8):
     return dataset.collater([dataset[i] for i in range(n)])
 
 
-def test_registry_has_every_method_and_size():
-    expected = {"transformer_preln" + suffix for suffix in ARCH_SIZES}
+@pytest.mark.parametrize("model", ["transformer_preln", "transformer_tfixup", "transformer_b2t", "transformer_deepnet"])
+def test_registry_has_every_method_and_size(model):
+    expected = {model + suffix for suffix in ARCH_SIZES}
     assert expected <= set(ARCHS)
-    assert all(ARCHS[a] == "transformer_preln" for a in expected)
+    assert all(ARCHS[a] == model for a in expected)
 
 
 @pytest.mark.parametrize("arch", sorted(ARCHS))
@@ -57,10 +58,11 @@ def test_arch_forward_backward_finite(tiny_data_bin, arch):
         assert torch.isfinite(p.grad).all(), f"{arch}: non-finite gradient in {name}"
 
 
+@pytest.mark.parametrize("model", sorted(ARCH_FAMILIES))
 @pytest.mark.parametrize("suffix", sorted(ARCH_SIZES))
-def test_size_variants_chain_to_fairseq_archs(tiny_data_bin, suffix):
-    """Each Pre-LN size = fairseq's arch of that size, with only the Pre-LN flags changed."""
-    ours = vars(parse(tiny_data_bin, "transformer_preln" + suffix))
+def test_size_variants_chain_to_fairseq_archs(tiny_data_bin, model, suffix):
+    """Each size = fairseq's arch of that size, with only the method's own settings changed."""
+    ours = vars(parse(tiny_data_bin, model + suffix))
     fairseq_arch = {
         "": "transformer",
         "_iwslt_de_en": "transformer_iwslt_de_en",
@@ -70,13 +72,17 @@ def test_size_variants_chain_to_fairseq_archs(tiny_data_bin, suffix):
     }[suffix]
     theirs = vars(parse(tiny_data_bin, fairseq_arch))
     differ = {k for k in ours.keys() | theirs.keys() if ours.get(k) != theirs.get(k)}
-    expected = {"arch", "_name", "encoder_normalize_before", "decoder_normalize_before"}
+    method_settings = argparse.Namespace()
+    ARCH_FAMILIES[model](method_settings)
+    expected = {"arch", "_name"} | set(vars(method_settings))
     if suffix == "_wmt_en_de_deep":
         expected |= {"encoder_layers", "decoder_layers"}
         assert (ours["encoder_layers"], ours["decoder_layers"]) == (18, 18)
     assert differ <= expected, f"unexpected differences: {differ - expected}"
-    assert ours["encoder_normalize_before"] and ours["decoder_normalize_before"]
-    assert not theirs["encoder_normalize_before"]
+    assert all(ours[k] == v for k, v in vars(method_settings).items())
+    if model == "transformer_preln":
+        assert ours["encoder_normalize_before"] and ours["decoder_normalize_before"]
+        assert not theirs["encoder_normalize_before"]
 
 
 def test_depth_from_command_line(tiny_data_bin):

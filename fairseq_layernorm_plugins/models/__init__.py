@@ -1,5 +1,10 @@
 """Registered models: one module per method over :mod:`.base`."""
-from fairseq_layernorm_plugins.models import transformer_preln  # noqa: F401
+from fairseq_layernorm_plugins.models import (  # noqa: F401
+    transformer_b2t,
+    transformer_deepnet,
+    transformer_preln,
+    transformer_tfixup,
+)
 from fairseq_layernorm_plugins.models.base import ARCH_SIZES, PluginTransformerModel
 
 __all__ = ["ARCH_SIZES", "PluginTransformerModel"]

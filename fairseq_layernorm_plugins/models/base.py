@@ -52,6 +52,10 @@ ARCH_SIZES = {
 }
 
 
+# model name -> the method's defaults function (what its archs set beyond fairseq's)
+ARCH_FAMILIES = {}
+
+
 def register_arch_family(model_name, method_defaults):
     """Register ``model_name`` + each suffix of :data:`ARCH_SIZES` as architectures.
 
@@ -60,6 +64,7 @@ def register_arch_family(model_name, method_defaults):
     flags win) and then chains to fairseq's architecture function for that size.
     Returns ``{arch_name: arch_function}``.
     """
+    ARCH_FAMILIES[model_name] = method_defaults
     registered = {}
     for suffix, size_defaults in ARCH_SIZES.items():
         arch_name = model_name + suffix

@@ -5,9 +5,15 @@ Methods subclass fairseq's ``TransformerEncoderLayerBase`` /
 ``build_fc1``, ``build_self_attention``, ...) and plug them in through
 :class:`PluginTransformerEncoder` / :class:`PluginTransformerDecoder`.
 """
+from fairseq_layernorm_plugins.modules.residual import SublayerResidualMixin, remove_layer_norms
 from fairseq_layernorm_plugins.modules.stacks import (
     PluginTransformerDecoder,
     PluginTransformerEncoder,
 )
 
-__all__ = ["PluginTransformerEncoder", "PluginTransformerDecoder"]
+__all__ = [
+    "PluginTransformerEncoder",
+    "PluginTransformerDecoder",
+    "SublayerResidualMixin",
+    "remove_layer_norms",
+]

@@ -1,0 +1,120 @@
+"""B2T connection (Takase et al. 2023, "On Layer Normalizations and Residual
+Connections in Transformers"): Post-LN plus a residual from each layer's input to
+just before the layer's last LayerNorm, skipping the intermediate ones (Eq. 5):
+
+    encoder: h = LN1(x + Attn(x));                         out = LN2(x + h + FFN(h))
+    decoder: h1 = LN(x + SelfAttn(x)); h2 = LN(h1 + CrossAttn(h1)); out = LN(x + h2 + FFN(h2))
+
+in every layer, the last one included, and no extra LayerNorm on top of the stack.
+Incremental decoding needs nothing extra: the connection stays within a position.
+
+Options:
+* ``--b2t-no-layer-norm`` (paper App. D, "w/o LN"): every LayerNorm removed, and the
+  last sub-layer becomes out = alpha * x + beta * (h + FFN(h)) with h = x + Attn(x)
+  (decoder analogous), alpha = min(N/12, N^-0.15), beta = d^-0.2, per stack.
+* ``--b2t-weight-rescale``: the authors' later code (2023, not in the paper)
+  multiplies every non-LayerNorm weight matrix of a stack's layers by N^-0.5 (N the
+  stack's layer count; embeddings untouched). Off by default.
+"""
+import torch
+from fairseq.models import register_model
+from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
+
+from fairseq_layernorm_plugins.models.base import PluginTransformerModel, register_arch_family
+from fairseq_layernorm_plugins.modules import (
+    PluginTransformerDecoder,
+    PluginTransformerEncoder,
+    SublayerResidualMixin,
+    remove_layer_norms,
+)
+
+
+def b2t_no_ln_alpha(num_layers):
+    """alpha = min(N/12, N^-0.15) (Takase et al. 2023, App. D, Eq. 7)."""
+    return min(num_layers / 12, num_layers**-0.15)
+
+
+def b2t_no_ln_beta(embed_dim):
+    """beta = d^-0.2 (Takase et al. 2023, App. D, Eq. 8)."""
+    return embed_dim**-0.2
+
+
+def b2t_weight_rescale(num_layers):
+    """N^-0.5: the authors' later weight rescaling (their code, 2023; not in the paper)."""
+    return num_layers**-0.5
+
+
+class B2TLayerMixin(SublayerResidualMixin):
+    """The B2T connection on fairseq's ``residual_connection`` hook (Eq. 5, or Eq. 6 w/o LN)."""
+
+    def b2t_init_(self, cfg, num_layers, embed_dim):
+        self.no_layer_norm = cfg.b2t_no_layer_norm
+        if self.no_layer_norm:
+            remove_layer_norms(self)
+            self.alpha, self.beta = b2t_no_ln_alpha(num_layers), b2t_no_ln_beta(embed_dim)
+        if cfg.b2t_weight_rescale:
+            with torch.no_grad():
+                for name, p in self.named_parameters():
+                    if name.endswith("weight") and p.dim() == 2:
+                        p.mul_(b2t_weight_rescale(num_layers))
+
+    def combine(self, x, residual, sublayer):
+        """x: the sub-layer's branch output, residual: its input, both (T, B, C)."""
+        if sublayer < self.num_sublayers:
+            return residual + x
+        if self.no_layer_norm:
+            return self.alpha * self.layer_input + self.beta * (residual + x)  # Eq. 6
+        return self.layer_input + residual + x  # Eq. 5
+
+
+class B2TEncoderLayer(B2TLayerMixin, TransformerEncoderLayerBase):
+    def __init__(self, cfg, return_fc=False):
+        super().__init__(cfg, return_fc=return_fc)
+        self.b2t_init_(cfg, cfg.encoder.layers, cfg.encoder.embed_dim)
+
+
+class B2TDecoderLayer(B2TLayerMixin, TransformerDecoderLayerBase):
+    def __init__(self, cfg, no_encoder_attn=False, add_bias_kv=False, add_zero_attn=False):
+        super().__init__(cfg, no_encoder_attn, add_bias_kv, add_zero_attn)
+        self.b2t_init_(cfg, cfg.decoder.layers, cfg.decoder.embed_dim)
+
+
+class B2TEncoder(PluginTransformerEncoder):
+    layer_cls = B2TEncoderLayer
+
+
+class B2TDecoder(PluginTransformerDecoder):
+    layer_cls = B2TDecoderLayer
+
+
+@register_model("transformer_b2t")
+class TransformerB2TModel(PluginTransformerModel):
+    """Post-LN encoder-decoder Transformer with the bottom-to-top connection."""
+
+    encoder_cls = B2TEncoder
+    decoder_cls = B2TDecoder
+
+    @staticmethod
+    def add_args(parser):
+        PluginTransformerModel.add_args(parser)
+        parser.add_argument("--b2t-no-layer-norm", action="store_true",
+                            help="remove every LayerNorm and use alpha*x + beta*(h + FFN(h)) (Takase et al. 2023, App. D)")
+        parser.add_argument("--b2t-weight-rescale", action="store_true",
+                            help="multiply every weight matrix of a stack's layers by N^-0.5 (authors' later code; not in the paper)")
+
+    @classmethod
+    def build_model(cls, args, task):
+        if args.encoder_normalize_before or args.decoder_normalize_before:
+            raise ValueError("transformer_b2t is Post-LN: drop --encoder/decoder-normalize-before")
+        return super().build_model(args, task)
+
+
+def b2t_defaults(args):
+    """B2T connection (Takase et al. 2023): Post-LN plus the bottom-to-top residual."""
+    args.encoder_normalize_before = getattr(args, "encoder_normalize_before", False)
+    args.decoder_normalize_before = getattr(args, "decoder_normalize_before", False)
+    args.b2t_no_layer_norm = getattr(args, "b2t_no_layer_norm", False)
+    args.b2t_weight_rescale = getattr(args, "b2t_weight_rescale", False)
+
+
+ARCHS = register_arch_family("transformer_b2t", b2t_defaults)

@@ -1,0 +1,117 @@
+"""T-Fixup (Huang et al. 2020, "Improving Transformer Optimization Through Better
+Initialization"): a Post-LN Transformer with every LayerNorm removed (per layer,
+embedding, final), trained without warm-up (``--lr-scheduler inverse_sqrt_nowarmup``)
+after this initialisation (paper Sec. 3.3, as in the authors' fairseq code):
+
+* Xavier everywhere: fairseq's attention already is; fc1/fc2 are re-initialised
+  Xavier-uniform with zero bias (current fairseq uses PyTorch's default there), and
+  the value projection at gain 1 (fairseq uses 1/sqrt(2); the authors multiply by
+  sqrt(2)); input embeddings N(0, d^-1/2) with a zero padding row (fairseq's default);
+* decoder: v/out projections of both attentions, fc1, fc2 x (9 N_d)^-1/4;
+  encoder: v/out projections, fc1, fc2 x 0.67 N_e^-1/4;
+* embeddings: encoder x (9 N_e)^-1/4, decoder x (9 N_d)^-1/4; one shared matrix
+  (``--share-all-embeddings``) is scaled once, by the encoder factor;
+* q/k projections and all biases are left as initialised.
+
+The authors' decoder still created an (unused) encoder-attention LayerNorm; none is
+left here, so DDP's unused-parameter check passes.
+"""
+import torch
+from fairseq.models import register_model
+from fairseq.models.transformer.transformer_decoder import Linear as XavierLinear
+from fairseq.modules.quant_noise import quant_noise
+from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
+
+from fairseq_layernorm_plugins.models.base import PluginTransformerModel, register_arch_family
+from fairseq_layernorm_plugins.modules import (
+    PluginTransformerDecoder,
+    PluginTransformerEncoder,
+    remove_layer_norms,
+)
+
+
+def tfixup_decoder_scale(num_decoder_layers):
+    """(9 N_d)^-1/4: decoder v/w, MLP weights and decoder embedding (Huang et al. 2020, Sec. 3.3)."""
+    return (9 * num_decoder_layers) ** -0.25
+
+
+def tfixup_encoder_scale(num_encoder_layers):
+    """0.67 N_e^-1/4: encoder v/w and MLP weights (Huang et al. 2020, Sec. 3.3 and App. C)."""
+    return 0.67 * num_encoder_layers**-0.25
+
+
+def tfixup_encoder_embedding_scale(num_encoder_layers):
+    """(9 N_e)^-1/4: encoder input embedding (Huang et al. 2020, Sec. 3.3)."""
+    return (9 * num_encoder_layers) ** -0.25
+
+
+class TFixupLayerMixin:
+    """No LayerNorm; Xavier fc1/fc2; v at Xavier gain 1; v/out/fc1/fc2 x ``self.tfixup_scale``."""
+
+    def build_fc1(self, input_dim, output_dim, q_noise, qn_block_size):
+        return quant_noise(XavierLinear(input_dim, output_dim), p=q_noise, block_size=qn_block_size)
+
+    def build_fc2(self, input_dim, output_dim, q_noise, qn_block_size):
+        return quant_noise(XavierLinear(input_dim, output_dim), p=q_noise, block_size=qn_block_size)
+
+    def tfixup_init_(self, scale):
+        remove_layer_norms(self)
+        attentions = [self.self_attn] + ([self.encoder_attn] if getattr(self, "encoder_attn", None) else [])
+        with torch.no_grad():
+            for attn in attentions:
+                torch.nn.init.xavier_uniform_(attn.v_proj.weight, gain=1.0)
+                attn.v_proj.weight.mul_(scale)
+                attn.out_proj.weight.mul_(scale)
+            self.fc1.weight.mul_(scale)
+            self.fc2.weight.mul_(scale)
+
+
+class TFixupEncoderLayer(TFixupLayerMixin, TransformerEncoderLayerBase):
+    def __init__(self, cfg, return_fc=False):
+        super().__init__(cfg, return_fc=return_fc)
+        self.tfixup_init_(tfixup_encoder_scale(cfg.encoder.layers))
+
+
+class TFixupDecoderLayer(TFixupLayerMixin, TransformerDecoderLayerBase):
+    def __init__(self, cfg, no_encoder_attn=False, add_bias_kv=False, add_zero_attn=False):
+        super().__init__(cfg, no_encoder_attn, add_bias_kv, add_zero_attn)
+        self.tfixup_init_(tfixup_decoder_scale(cfg.decoder.layers))
+
+
+class TFixupEncoder(PluginTransformerEncoder):
+    layer_cls = TFixupEncoderLayer
+
+
+class TFixupDecoder(PluginTransformerDecoder):
+    layer_cls = TFixupDecoderLayer
+
+
+@register_model("transformer_tfixup")
+class TransformerTFixupModel(PluginTransformerModel):
+    """LayerNorm-free encoder-decoder Transformer with T-Fixup initialisation."""
+
+    encoder_cls = TFixupEncoder
+    decoder_cls = TFixupDecoder
+
+    @classmethod
+    def build_model(cls, args, task):
+        for flag in ("encoder_normalize_before", "decoder_normalize_before", "layernorm_embedding"):
+            if getattr(args, flag, False):
+                raise ValueError(f"transformer_tfixup has no LayerNorm: drop --{flag.replace('_', '-')}")
+        model = super().build_model(args, task)
+        encoder_embed, decoder_embed = model.encoder.embed_tokens.weight, model.decoder.embed_tokens.weight
+        with torch.no_grad():
+            encoder_embed.mul_(tfixup_encoder_embedding_scale(args.encoder_layers))
+            if decoder_embed is not encoder_embed:  # shared: scaled once, by the encoder factor
+                decoder_embed.mul_(tfixup_decoder_scale(args.decoder_layers))
+        return model
+
+
+def tfixup_defaults(args):
+    """T-Fixup (Huang et al. 2020): no LayerNorm, scaled initialisation, no warm-up."""
+    args.encoder_normalize_before = getattr(args, "encoder_normalize_before", False)
+    args.decoder_normalize_before = getattr(args, "decoder_normalize_before", False)
+    args.layernorm_embedding = getattr(args, "layernorm_embedding", False)
+
+
+ARCHS = register_arch_family("transformer_tfixup", tfixup_defaults)
