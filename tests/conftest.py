@@ -81,6 +81,39 @@ def plugin_archs():
     }
 
 
+def parse(data_bin, arch, *extra):
+    """Parse a ``fairseq-train`` command line (arch defaults applied) in-process."""
+    from fairseq import options
+
+    parser = options.get_training_parser()
+    return options.parse_args_and_arch(parser, [str(data_bin), "--arch", arch, "--cpu", *map(str, extra)])
+
+
+def build(data_bin, arch, *extra, seed=1):
+    """(model, task, args) as ``fairseq-train`` would build them."""
+    import torch
+    from fairseq import tasks
+
+    args = parse(data_bin, arch, *extra)
+    task = tasks.setup_task(args)
+    torch.manual_seed(seed)
+    return task.build_model(args), task, args
+
+
+def batch(task, n=8):
+    """A collated batch of the first ``n`` validation sentences."""
+    task.load_dataset("valid")
+    dataset = task.dataset("valid")
+    return dataset.collater([dataset[i] for i in range(n)])
+
+
+def ffn(layer, x):
+    """A fairseq layer's feed-forward branch, ReLU, without dropout."""
+    import torch
+
+    return layer.fc2(torch.relu(layer.fc1(x)))
+
+
 def shared_data(*parts):
     """A path under ../shared/data, or skip the test (with the reason) if it is absent."""
     path = SHARED_DATA.joinpath(*parts)

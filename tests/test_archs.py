@@ -5,8 +5,8 @@ import argparse
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import TINY_MODEL, plugin_archs
-from fairseq import options, tasks
+from conftest import TINY_MODEL, batch, build, parse, plugin_archs
+from conftest import ffn as _ffn
 from fairseq.models.transformer import TransformerConfig, transformer_legacy
 
 from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
@@ -15,24 +15,6 @@ from fairseq_layernorm_plugins.models.base import ARCH_FAMILIES, ARCH_SIZES
 from fairseq_layernorm_plugins.modules import PluginTransformerEncoder
 
 ARCHS = plugin_archs()
-
-
-def parse(data_bin, arch, *extra):
-    parser = options.get_training_parser()
-    return options.parse_args_and_arch(parser, [str(data_bin), "--arch", arch, "--cpu", *extra])
-
-
-def build(data_bin, arch, *extra):
-    args = parse(data_bin, arch, *extra)
-    task = tasks.setup_task(args)
-    torch.manual_seed(1)
-    return task.build_model(args), task, args
-
-
-def batch(task, n=8):
-    task.load_dataset("valid")
-    dataset = task.dataset("valid")
-    return dataset.collater([dataset[i] for i in range(n)])
 
 
 @pytest.mark.parametrize("model", ["transformer_preln", "transformer_tfixup", "transformer_b2t", "transformer_deepnet"])
@@ -103,8 +85,7 @@ def test_preln_rejects_dropping_the_final_norm(tiny_data_bin):
         build(tiny_data_bin, "transformer_preln_iwslt_de_en", *TINY_MODEL, "--no-decoder-final-norm")
 
 
-def _ffn(layer, x):
-    return layer.fc2(torch.relu(layer.fc1(x)))
+
 
 
 def test_preln_encoder_layer_equations(tiny_data_bin):

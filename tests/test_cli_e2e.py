@@ -22,9 +22,11 @@ WARMUP = ["--lr-scheduler", "inverse_sqrt", "--warmup-updates", "10", "--warmup-
 NOWARMUP = ["--lr-scheduler", "inverse_sqrt_nowarmup", "--decay-period", "40"]
 EPOCH_DECAY = ["--lr-scheduler", "epoch_decay_nowarmup", "--decay-epoch", "3", "--decay-factor", "0.3", "--inverse-sqrt-after-decay"]
 
-# (arch, optimizer flags, schedule flags): every model with a plain recipe, and each new
-# optimizer / schedule once
-RUNS = [(arch, ADAM, WARMUP) for arch in MODEL_ARCHS] + [
+# (arch, optimizer flags, schedule flags): every model with its recipe's kind of schedule
+# (warm-up unless the method is meant to train without), and each new optimizer /
+# schedule once
+NO_WARMUP_METHODS = {"transformer_tfixup_iwslt_de_en"}
+RUNS = [(arch, ADAM, NOWARMUP if arch in NO_WARMUP_METHODS else WARMUP) for arch in MODEL_ARCHS] + [
     ("transformer_preln_iwslt_de_en", RADAM, NOWARMUP),
     ("transformer_preln_iwslt_de_en", ADAM, EPOCH_DECAY),
 ]

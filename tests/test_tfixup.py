@@ -1,0 +1,105 @@
+"""T-Fixup (Huang et al. 2020): no LayerNorm anywhere, and the initialisation's scales."""
+import math
+
+import pytest
+import torch
+from conftest import build, run_cli, write_reversal_task
+
+from fairseq_layernorm_plugins.models.transformer_tfixup import (
+    tfixup_decoder_scale,
+    tfixup_encoder_embedding_scale,
+    tfixup_encoder_scale,
+)
+
+D, FFN, N_E, N_D = 64, 128, 2, 6  # distinct depths, so encoder and decoder factors differ
+DIMS = [
+    "--encoder-embed-dim", D, "--decoder-embed-dim", D, "--encoder-ffn-embed-dim", FFN,
+    "--decoder-ffn-embed-dim", FFN, "--encoder-layers", N_E, "--decoder-layers", N_D,
+    "--encoder-attention-heads", 4, "--decoder-attention-heads", 4,
+]
+
+
+def xavier_std(fan_in, fan_out, gain=1.0):
+    return gain * math.sqrt(2.0 / (fan_in + fan_out))
+
+
+def pooled_std(tensors):
+    return torch.cat([t.detach().flatten() for t in tensors]).std().item()
+
+
+@pytest.fixture(scope="module")
+def model(tiny_data_bin):
+    return build(tiny_data_bin, "transformer_tfixup_iwslt_de_en", *DIMS)[0]
+
+
+def test_factors():
+    assert tfixup_decoder_scale(6) == pytest.approx(54**-0.25)
+    assert tfixup_encoder_scale(6) == pytest.approx(0.67 / 6**0.25)
+    assert tfixup_encoder_embedding_scale(2) == pytest.approx(18**-0.25)
+
+
+def test_no_layer_norm_anywhere(model):
+    assert not [n for n, m in model.named_modules() if "LayerNorm" in type(m).__name__]
+    assert not [n for n, _ in model.named_parameters() if "norm" in n]
+    assert model.encoder.layer_norm is None and model.decoder.layer_norm is None
+    assert model.encoder.layernorm_embedding is None and model.decoder.layernorm_embedding is None
+
+
+@pytest.mark.parametrize("stack, scale", [("encoder", 0.67 * N_E**-0.25), ("decoder", (9 * N_D) ** -0.25)])
+def test_scaled_matrices_std(model, stack, scale):
+    """Measured std of each scaled matrix kind = Xavier std from fan-in/out x factor."""
+    layers = getattr(model, stack).layers
+    attns = [l.self_attn for l in layers] + ([l.encoder_attn for l in layers] if stack == "decoder" else [])
+    for kind, weights, fans in [
+        ("v_proj", [a.v_proj.weight for a in attns], (D, D)),
+        ("out_proj", [a.out_proj.weight for a in attns], (D, D)),
+        ("fc1", [l.fc1.weight for l in layers], (D, FFN)),
+        ("fc2", [l.fc2.weight for l in layers], (FFN, D)),
+    ]:
+        assert pooled_std(weights) == pytest.approx(xavier_std(*fans) * scale, rel=0.03), kind
+    for layer in layers:
+        assert torch.all(layer.fc1.bias == 0) and torch.all(layer.fc2.bias == 0)
+
+
+@pytest.mark.parametrize("stack", ["encoder", "decoder"])
+def test_query_key_untouched(model, stack):
+    """q/k keep fairseq's Xavier-uniform with gain 1/sqrt(2)."""
+    layers = getattr(model, stack).layers
+    attns = [l.self_attn for l in layers] + ([l.encoder_attn for l in layers] if stack == "decoder" else [])
+    for kind in ("q_proj", "k_proj"):
+        std = pooled_std([getattr(a, kind).weight for a in attns])
+        assert std == pytest.approx(xavier_std(D, D, gain=2**-0.5), rel=0.03), kind
+
+
+@pytest.mark.parametrize("stack, factor", [("encoder", (9 * N_E) ** -0.25), ("decoder", (9 * N_D) ** -0.25)])
+def test_embedding_std(model, stack, factor):
+    embed = getattr(model, stack).embed_tokens
+    weight = embed.weight.detach()
+    assert torch.all(weight[embed.padding_idx] == 0)
+    rows = torch.cat([weight[: embed.padding_idx], weight[embed.padding_idx + 1 :]])
+    assert rows.std().item() == pytest.approx(D**-0.5 * factor, rel=0.05)
+
+
+@pytest.fixture(scope="module")
+def joined_bin(tmp_path_factory):
+    root = tmp_path_factory.mktemp("joined")
+    write_reversal_task(root)
+    run_cli(
+        "fairseq-preprocess", "--source-lang", "src", "--target-lang", "tgt", "--joined-dictionary",
+        "--trainpref", root / "train", "--validpref", root / "valid", "--destdir", root / "bin", "--workers", "1",
+    )
+    return root / "bin"
+
+
+def test_shared_embeddings_scaled_once_by_the_encoder_factor(joined_bin):
+    model = build(joined_bin, "transformer_tfixup_iwslt_de_en", *DIMS, "--share-all-embeddings")[0]
+    embed = model.encoder.embed_tokens
+    assert embed.weight is model.decoder.embed_tokens.weight
+    rows = torch.cat([embed.weight[: embed.padding_idx], embed.weight[embed.padding_idx + 1 :]]).detach()
+    assert rows.std().item() == pytest.approx(D**-0.5 * (9 * N_E) ** -0.25, rel=0.05)
+
+
+@pytest.mark.parametrize("flag", ["--encoder-normalize-before", "--layernorm-embedding"])
+def test_layer_norm_flags_rejected(tiny_data_bin, flag):
+    with pytest.raises(ValueError, match="no LayerNorm"):
+        build(tiny_data_bin, "transformer_tfixup_iwslt_de_en", *DIMS, flag)
