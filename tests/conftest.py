@@ -1,7 +1,6 @@
 """Shared fixtures: tiny binarised data, a CLI runner, the plugin's registry."""
 import json
 import os
-import random
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import fairseq_layernorm_plugins  # noqa: F401  (registers the plugin for in-process tests)
+from fairseq_layernorm_plugins.prepare.toy import write_reversal_task  # noqa: F401  (used by tests)
 
 REPO = Path(__file__).resolve().parents[1]
 PLUGIN_DIR = REPO / "fairseq_layernorm_plugins"
@@ -43,18 +43,6 @@ def json_records(log, kind):
         if f"| {kind} | {{" in line:
             records.append(json.loads(line.split(f"| {kind} | ", 1)[1]))
     return records
-
-
-def write_reversal_task(directory, seed=0, sizes=(("train", 1200), ("valid", 80), ("test", 40))):
-    """A learnable toy translation task: target = source reversed through a word map."""
-    rng = random.Random(seed)
-    vocab = [f"w{i}" for i in range(24)]
-    for split, n in sizes:
-        with open(directory / f"{split}.src", "w") as fs, open(directory / f"{split}.tgt", "w") as ft:
-            for _ in range(n):
-                words = [rng.choice(vocab) for _ in range(rng.randint(3, 10))]
-                fs.write(" ".join(words) + "\n")
-                ft.write(" ".join("v" + w[1:] for w in reversed(words)) + "\n")
 
 
 @pytest.fixture(scope="session")
