@@ -48,3 +48,8 @@ def test_encoder_layer_equation(tiny_data_bin):
     x1 = layer.self_attn_layer_norm(alpha * x + layer.self_attn(x, x, x, key_padding_mask=pad, need_weights=False)[0])
     expected = layer.final_layer_norm(alpha * x1 + ffn(layer, x1))
     torch.testing.assert_close(layer(x, pad), expected, atol=1e-4, rtol=1e-4)
+
+
+def test_post_ln_only(tiny_data_bin):
+    with pytest.raises(ValueError, match="decoder-normalize-before .*Post-LN"):
+        build(tiny_data_bin, "transformer_deepnet_iwslt_de_en", "--decoder-normalize-before")

@@ -101,5 +101,5 @@ def test_shared_embeddings_scaled_once_by_the_encoder_factor(joined_bin):
 
 @pytest.mark.parametrize("flag", ["--encoder-normalize-before", "--layernorm-embedding"])
 def test_layer_norm_flags_rejected(tiny_data_bin, flag):
-    with pytest.raises(ValueError, match="no LayerNorm"):
+    with pytest.raises(ValueError, match="T-Fixup has no LayerNorm"):
         build(tiny_data_bin, "transformer_tfixup_iwslt_de_en", *DIMS, flag)

@@ -21,6 +21,15 @@ class PluginTransformerModel(TransformerModel):
 
     encoder_cls = PluginTransformerEncoder
     decoder_cls = PluginTransformerDecoder
+    # command-line flags the method cannot honour: {arg name: why}
+    incompatible_flags = {}
+
+    @classmethod
+    def build_model(cls, args, task):
+        for flag, why in cls.incompatible_flags.items():
+            if getattr(args, flag, False):
+                raise ValueError(f"{args.arch}: drop --{flag.replace('_', '-')} ({why})")
+        return super().build_model(args, task)
 
     @classmethod
     def build_encoder(cls, args, src_dict, embed_tokens):
@@ -32,6 +41,9 @@ class PluginTransformerModel(TransformerModel):
         return cls.decoder_cls(
             cfg, tgt_dict, embed_tokens, no_encoder_attn=cfg.no_cross_attention
         )
+
+
+POST_LN_ONLY = dict.fromkeys(("encoder_normalize_before", "decoder_normalize_before"), "the method is Post-LN")
 
 
 def _deep(args):

@@ -20,7 +20,7 @@ import torch
 from fairseq.models import register_model
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 
-from fairseq_layernorm_plugins.models.base import PluginTransformerModel, register_arch_family
+from fairseq_layernorm_plugins.models.base import POST_LN_ONLY, PluginTransformerModel, register_arch_family
 from fairseq_layernorm_plugins.modules import (
     PluginTransformerDecoder,
     PluginTransformerEncoder,
@@ -93,6 +93,7 @@ class TransformerB2TModel(PluginTransformerModel):
 
     encoder_cls = B2TEncoder
     decoder_cls = B2TDecoder
+    incompatible_flags = POST_LN_ONLY
 
     @staticmethod
     def add_args(parser):
@@ -101,12 +102,6 @@ class TransformerB2TModel(PluginTransformerModel):
                             help="remove every LayerNorm and use alpha*x + beta*(h + FFN(h)) (Takase et al. 2023, App. D)")
         parser.add_argument("--b2t-weight-rescale", action="store_true",
                             help="multiply every weight matrix of a stack's layers by N^-0.5 (authors' later code; not in the paper)")
-
-    @classmethod
-    def build_model(cls, args, task):
-        if args.encoder_normalize_before or args.decoder_normalize_before:
-            raise ValueError("transformer_b2t is Post-LN: drop --encoder/decoder-normalize-before")
-        return super().build_model(args, task)
 
 
 def b2t_defaults(args):

@@ -13,7 +13,7 @@ import torch
 from fairseq.models import register_model
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 
-from fairseq_layernorm_plugins.models.base import PluginTransformerModel, register_arch_family
+from fairseq_layernorm_plugins.models.base import POST_LN_ONLY, PluginTransformerModel, register_arch_family
 from fairseq_layernorm_plugins.modules import PluginTransformerDecoder, PluginTransformerEncoder
 
 
@@ -73,12 +73,7 @@ class TransformerDeepNetModel(PluginTransformerModel):
 
     encoder_cls = DeepNetEncoder
     decoder_cls = DeepNetDecoder
-
-    @classmethod
-    def build_model(cls, args, task):
-        if args.encoder_normalize_before or args.decoder_normalize_before:
-            raise ValueError("transformer_deepnet is Post-LN: drop --encoder/decoder-normalize-before")
-        return super().build_model(args, task)
+    incompatible_flags = POST_LN_ONLY
 
 
 def deepnet_defaults(args):

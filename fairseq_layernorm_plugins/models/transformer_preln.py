@@ -16,11 +16,7 @@ from fairseq_layernorm_plugins.models.base import PluginTransformerModel, regist
 class TransformerPreLNModel(PluginTransformerModel):
     """Pre-LN encoder-decoder Transformer (Xiong et al. 2020)."""
 
-    @classmethod
-    def build_model(cls, args, task):
-        if getattr(args, "no_decoder_final_norm", False):
-            raise ValueError("transformer_preln needs the decoder's final LayerNorm: drop --no-decoder-final-norm")
-        return super().build_model(args, task)
+    incompatible_flags = {"no_decoder_final_norm": "Pre-LN needs the decoder's final LayerNorm"}
 
 
 def preln_defaults(args):

@@ -92,12 +92,12 @@ class TransformerTFixupModel(PluginTransformerModel):
 
     encoder_cls = TFixupEncoder
     decoder_cls = TFixupDecoder
+    incompatible_flags = dict.fromkeys(
+        ("encoder_normalize_before", "decoder_normalize_before", "layernorm_embedding"), "T-Fixup has no LayerNorm"
+    )
 
     @classmethod
     def build_model(cls, args, task):
-        for flag in ("encoder_normalize_before", "decoder_normalize_before", "layernorm_embedding"):
-            if getattr(args, flag, False):
-                raise ValueError(f"transformer_tfixup has no LayerNorm: drop --{flag.replace('_', '-')}")
         model = super().build_model(args, task)
         encoder_embed, decoder_embed = model.encoder.embed_tokens.weight, model.decoder.embed_tokens.weight
         with torch.no_grad():
