@@ -20,5 +20,8 @@ check_fairseq()
 keep_last_batch()
 
 from fairseq_layernorm_plugins import models, optim  # noqa: E402,F401  (registers everything)
+from fairseq_layernorm_plugins.admin_profiling import install_trainer_hook  # noqa: E402
+
+install_trainer_hook()
 
 __version__ = "0.1.0"

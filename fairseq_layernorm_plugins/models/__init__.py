@@ -1,5 +1,6 @@
 """Registered models: one module per method over :mod:`.base`."""
 from fairseq_layernorm_plugins.models import (  # noqa: F401
+    transformer_admin,
     transformer_b2t,
     transformer_deepnet,
     transformer_preln,
