@@ -23,13 +23,13 @@ TINY_MODEL = (
 ).split()
 
 
-def run_cli(tool, *args, cwd=None, timeout=300):
+def run_cli(tool, *args, cwd=None, timeout=300, env=None):
     """Run a fairseq console script (``fairseq-train`` ...); return its combined output.
 
     On failure the test fails with the tail of the log rather than a bare exit code.
     """
     cmd = [str(BIN / tool), *map(str, args)]
-    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
     out = proc.stdout + proc.stderr
     if proc.returncode != 0:
         pytest.fail(f"{' '.join(cmd)} exited {proc.returncode}:\n{out[-4000:]}")
