@@ -19,16 +19,16 @@ Everything else is copied. Log-probabilities agree up to float rounding.
 """
 import argparse
 import copy
+import os
 
 import torch
+from fairseq.modules.sinusoidal_positional_embedding import SinusoidalPositionalEmbedding
 
 DROPPED_ARGS = ("admin_init", "admin_profile_batches", "admin_profile_mask_padding", "admin_profile_json")
 
 
 def _fold_first_sublayer(state, stack, omega, args):
     """x_0 * omega_1: token embedding columns and a learned copy of the sinusoidal positions."""
-    from fairseq.modules.sinusoidal_positional_embedding import SinusoidalPositionalEmbedding
-
     embed = state[f"{stack}.embed_tokens.weight"]
     state[f"{stack}.embed_tokens.weight"] = embed * omega
     max_positions = getattr(args, f"max_{'source' if stack == 'encoder' else 'target'}_positions")
@@ -98,8 +98,6 @@ def export_checkpoint(admin_path, out_path):
            "extra_state": {}, "last_optimizer_state": None}
     tmp = f"{out_path}.tmp"
     torch.save(out, tmp)
-    import os
-
     os.replace(tmp, out_path)  # never a half-written checkpoint
 
 

@@ -16,6 +16,9 @@ import os
 import time
 
 import torch
+from fairseq import utils
+
+from fairseq_layernorm_plugins.models.transformer_admin import admin_profiled_omegas
 
 logger = logging.getLogger(__name__)
 
@@ -46,8 +49,6 @@ def profile_admin_(model, batches):
                     input_vars.append(sum(v for v, _ in per_batch) / len(per_batch))
                     branch_vars.append(sum(v for _, v in per_batch) / len(per_batch))
                     where.append((index, sub))
-            from fairseq_layernorm_plugins.models.transformer_admin import admin_profiled_omegas
-
             omegas = admin_profiled_omegas(input_vars, branch_vars)
             for (index, sub), omega in zip(where, omegas):
                 layers[index].omega[sub].fill_(omega)
@@ -92,8 +93,6 @@ def profiling_batches(cfg, task, model, num_batches):
 
 
 def _to_device(sample, device):
-    from fairseq import utils
-
     return utils.move_to_cuda(sample, device=device) if device.type == "cuda" else sample
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import fairseq_layernorm_plugins  # noqa: F401  (registers the plugin for in-process tests)
-from fairseq_layernorm_plugins.prepare.toy import write_reversal_task  # noqa: F401  (used by tests)
+from fairseq_layernorm_plugins.prepare.toy import write_reversal_task
 
 REPO = Path(__file__).resolve().parents[1]
 PLUGIN_DIR = REPO / "fairseq_layernorm_plugins"

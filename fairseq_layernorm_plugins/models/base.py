@@ -1,13 +1,14 @@
 """The shared base of every method: fairseq's ``TransformerModel`` with pluggable stacks.
 
-A method module subclasses :class:`PluginTransformerModel`, points
-``encoder_cls`` / ``decoder_cls`` at stacks whose ``layer_cls`` is the method's layer
-(see :mod:`fairseq_layernorm_plugins.modules`), and calls
+A method module subclasses fairseq's layers (overriding their hooks), subclasses
+:class:`PluginTransformerModel` naming them as ``encoder_layer_cls`` /
+``decoder_layer_cls``, and calls
 :func:`register_arch_family` once to register its architecture and size variants.
 """
 from fairseq.models import register_model_architecture
 from fairseq.models.transformer import TransformerConfig, TransformerModel
 from fairseq.models.transformer import transformer_legacy as fairseq_archs
+from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 
 from fairseq_layernorm_plugins.modules import (
     PluginTransformerDecoder,
@@ -17,10 +18,10 @@ from fairseq_layernorm_plugins.modules import (
 
 class PluginTransformerModel(TransformerModel):
     """fairseq's legacy ``TransformerModel`` (same args, checkpoints, generation) whose
-    encoder and decoder are built from :attr:`encoder_cls` and :attr:`decoder_cls`."""
+    encoder and decoder layers are :attr:`encoder_layer_cls` and :attr:`decoder_layer_cls`."""
 
-    encoder_cls = PluginTransformerEncoder
-    decoder_cls = PluginTransformerDecoder
+    encoder_layer_cls = TransformerEncoderLayerBase
+    decoder_layer_cls = TransformerDecoderLayerBase
     # command-line flags the method cannot honour: {arg name: why}
     incompatible_flags = {}
 
@@ -33,13 +34,14 @@ class PluginTransformerModel(TransformerModel):
 
     @classmethod
     def build_encoder(cls, args, src_dict, embed_tokens):
-        return cls.encoder_cls(TransformerConfig.from_namespace(args), src_dict, embed_tokens)
+        cfg = TransformerConfig.from_namespace(args)
+        return PluginTransformerEncoder(cfg, src_dict, embed_tokens, layer_cls=cls.encoder_layer_cls)
 
     @classmethod
     def build_decoder(cls, args, tgt_dict, embed_tokens):
         cfg = TransformerConfig.from_namespace(args)
-        return cls.decoder_cls(
-            cfg, tgt_dict, embed_tokens, no_encoder_attn=cfg.no_cross_attention
+        return PluginTransformerDecoder(
+            cfg, tgt_dict, embed_tokens, no_encoder_attn=cfg.no_cross_attention, layer_cls=cls.decoder_layer_cls
         )
 
 

@@ -26,11 +26,7 @@ from fairseq.models import register_model
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 
 from fairseq_layernorm_plugins.models.base import POST_LN_ONLY, PluginTransformerModel, register_arch_family
-from fairseq_layernorm_plugins.modules import (
-    PluginTransformerDecoder,
-    PluginTransformerEncoder,
-    SublayerResidualMixin,
-)
+from fairseq_layernorm_plugins.modules import SublayerResidualMixin
 
 ADMIN_INITS = ("profile", "closed-logn", "closed-n", "closed-1", "none")
 
@@ -98,20 +94,12 @@ class AdminDecoderLayer(AdminLayerMixin, TransformerDecoderLayerBase):
         return super().forward(x, *args, self_attn_padding_mask=self_attn_padding_mask, **kwargs)
 
 
-class AdminEncoder(PluginTransformerEncoder):
-    layer_cls = AdminEncoderLayer
-
-
-class AdminDecoder(PluginTransformerDecoder):
-    layer_cls = AdminDecoderLayer
-
-
 @register_model("transformer_admin")
 class TransformerAdminModel(PluginTransformerModel):
     """Post-LN encoder-decoder Transformer with Admin's residual scaling omega."""
 
-    encoder_cls = AdminEncoder
-    decoder_cls = AdminDecoder
+    encoder_layer_cls = AdminEncoderLayer
+    decoder_layer_cls = AdminDecoderLayer
     incompatible_flags = POST_LN_ONLY
 
     @staticmethod

@@ -21,12 +21,7 @@ from fairseq.models import register_model
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 
 from fairseq_layernorm_plugins.models.base import POST_LN_ONLY, PluginTransformerModel, register_arch_family
-from fairseq_layernorm_plugins.modules import (
-    PluginTransformerDecoder,
-    PluginTransformerEncoder,
-    SublayerResidualMixin,
-    remove_layer_norms,
-)
+from fairseq_layernorm_plugins.modules import SublayerResidualMixin, remove_layer_norms
 
 
 def b2t_no_ln_alpha(num_layers):
@@ -79,20 +74,12 @@ class B2TDecoderLayer(B2TLayerMixin, TransformerDecoderLayerBase):
         self.b2t_init_(cfg, cfg.decoder.layers, cfg.decoder.embed_dim)
 
 
-class B2TEncoder(PluginTransformerEncoder):
-    layer_cls = B2TEncoderLayer
-
-
-class B2TDecoder(PluginTransformerDecoder):
-    layer_cls = B2TDecoderLayer
-
-
 @register_model("transformer_b2t")
 class TransformerB2TModel(PluginTransformerModel):
     """Post-LN encoder-decoder Transformer with the bottom-to-top connection."""
 
-    encoder_cls = B2TEncoder
-    decoder_cls = B2TDecoder
+    encoder_layer_cls = B2TEncoderLayer
+    decoder_layer_cls = B2TDecoderLayer
     incompatible_flags = POST_LN_ONLY
 
     @staticmethod

@@ -14,7 +14,6 @@ from fairseq.models import register_model
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 
 from fairseq_layernorm_plugins.models.base import POST_LN_ONLY, PluginTransformerModel, register_arch_family
-from fairseq_layernorm_plugins.modules import PluginTransformerDecoder, PluginTransformerEncoder
 
 
 def deepnet_encoder_constants(num_encoder_layers, num_decoder_layers):
@@ -59,20 +58,12 @@ class DeepNetDecoderLayer(DeepNormLayerMixin, TransformerDecoderLayerBase):
         self.deepnorm_init_(*deepnet_decoder_constants(cfg.decoder.layers))
 
 
-class DeepNetEncoder(PluginTransformerEncoder):
-    layer_cls = DeepNetEncoderLayer
-
-
-class DeepNetDecoder(PluginTransformerDecoder):
-    layer_cls = DeepNetDecoderLayer
-
-
 @register_model("transformer_deepnet")
 class TransformerDeepNetModel(PluginTransformerModel):
     """Post-LN encoder-decoder Transformer with DeepNorm."""
 
-    encoder_cls = DeepNetEncoder
-    decoder_cls = DeepNetDecoder
+    encoder_layer_cls = DeepNetEncoderLayer
+    decoder_layer_cls = DeepNetDecoderLayer
     incompatible_flags = POST_LN_ONLY
 
 

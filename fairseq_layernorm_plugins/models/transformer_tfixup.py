@@ -23,11 +23,7 @@ from fairseq.modules.quant_noise import quant_noise
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 
 from fairseq_layernorm_plugins.models.base import PluginTransformerModel, register_arch_family
-from fairseq_layernorm_plugins.modules import (
-    PluginTransformerDecoder,
-    PluginTransformerEncoder,
-    remove_layer_norms,
-)
+from fairseq_layernorm_plugins.modules import remove_layer_norms
 
 
 def tfixup_decoder_scale(num_decoder_layers):
@@ -78,20 +74,12 @@ class TFixupDecoderLayer(TFixupLayerMixin, TransformerDecoderLayerBase):
         self.tfixup_init_(tfixup_decoder_scale(cfg.decoder.layers))
 
 
-class TFixupEncoder(PluginTransformerEncoder):
-    layer_cls = TFixupEncoderLayer
-
-
-class TFixupDecoder(PluginTransformerDecoder):
-    layer_cls = TFixupDecoderLayer
-
-
 @register_model("transformer_tfixup")
 class TransformerTFixupModel(PluginTransformerModel):
     """LayerNorm-free encoder-decoder Transformer with T-Fixup initialisation."""
 
-    encoder_cls = TFixupEncoder
-    decoder_cls = TFixupDecoder
+    encoder_layer_cls = TFixupEncoderLayer
+    decoder_layer_cls = TFixupDecoderLayer
     incompatible_flags = dict.fromkeys(
         ("encoder_normalize_before", "decoder_normalize_before", "layernorm_embedding"), "T-Fixup has no LayerNorm"
     )

@@ -1,8 +1,9 @@
 """Encoder and decoder stacks that build a method's own layer class.
 
 fairseq's ``TransformerEncoderBase.build_encoder_layer`` hard-codes
-``TransformerEncoderLayerBase``; these subclasses build ``self.layer_cls`` instead
-and wrap it exactly as fairseq does (activation checkpointing, FSDP).
+``TransformerEncoderLayerBase``; these subclasses build ``layer_cls`` (a constructor
+argument, or a class attribute of a subclass) instead and wrap it exactly as fairseq
+does (activation checkpointing, FSDP).
 """
 from fairseq.distributed import fsdp_wrap
 from fairseq.models.transformer import TransformerDecoderBase, TransformerEncoderBase
@@ -28,6 +29,11 @@ class PluginTransformerEncoder(TransformerEncoderBase):
 
     layer_cls = TransformerEncoderLayerBase
 
+    def __init__(self, cfg, dictionary, embed_tokens, return_fc=False, layer_cls=None):
+        if layer_cls is not None:
+            self.layer_cls = layer_cls  # set before fairseq's __init__, which builds the layers
+        super().__init__(cfg, dictionary, embed_tokens, return_fc=return_fc)
+
     def build_encoder_layer(self, cfg):
         return wrap_layer(self.layer_cls(cfg, return_fc=self.return_fc), cfg)
 
@@ -39,6 +45,11 @@ class PluginTransformerDecoder(TransformerDecoderBase):
     """
 
     layer_cls = TransformerDecoderLayerBase
+
+    def __init__(self, cfg, dictionary, embed_tokens, no_encoder_attn=False, output_projection=None, layer_cls=None):
+        if layer_cls is not None:
+            self.layer_cls = layer_cls  # set before fairseq's __init__, which builds the layers
+        super().__init__(cfg, dictionary, embed_tokens, no_encoder_attn, output_projection)
 
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
         return wrap_layer(self.layer_cls(cfg, no_encoder_attn=no_encoder_attn), cfg)
