@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from conftest import TINY_MODEL, batch, build, parse, plugin_archs
 from conftest import ffn as _ffn
-from fairseq.models.transformer import TransformerConfig, transformer_legacy
+from fairseq.models.transformer import TransformerConfig
 
 from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
 
@@ -144,10 +144,3 @@ def test_stacks_build_the_methods_layer_class(tiny_data_bin, checkpoint_activati
     ours = encoder(src["src_tokens"], src["src_lengths"])["encoder_out"][0]
     base = model.encoder(src["src_tokens"], src["src_lengths"])["encoder_out"][0]
     assert not torch.allclose(ours, base), "the swapped-in residual_connection was not used"
-
-
-def test_fairseq_base_arch_untouched():
-    """Registering our archs must not change fairseq's own defaults (Post-LN baseline)."""
-    args = argparse.Namespace()
-    transformer_legacy.transformer_iwslt_de_en(args)
-    assert args.encoder_normalize_before is False and args.decoder_normalize_before is False
