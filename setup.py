@@ -33,7 +33,9 @@ setup(
         "numpy",
         "sacrebleu>=2.0",
         "sacremoses>=0.0.53",
+        "regex",  # \p{C} of remove-non-printing-char (sacremoses depends on it too)
         "subword-nmt>=0.3.8",
+        "tqdm",
     ],
     extras_require={
         "test": ["pytest>=7", "pytest-timeout"],

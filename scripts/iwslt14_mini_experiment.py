@@ -99,7 +99,7 @@ def main():
     except DataError as err:
         sys.exit(f"error: {err}")
     print(f"IWSLT14-mini ({args.data}): " + ", ".join(f"{k} {v}" for k, v in sizes.items()), flush=True)
-    data_bin, references = Path(args.data) / "bin", read_lines(Path(args.data) / "test.ref.en")
+    data_bin, references = Path(args.data) / "bin", read_lines(Path(args.data) / "test.tok.en")
 
     results = {}
     for method in methods:

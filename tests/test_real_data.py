@@ -3,7 +3,8 @@ import sacrebleu
 from subword_nmt.apply_bpe import BPE
 from conftest import PLUGIN_DIR, json_records, run_cli, shared_data
 
-from fairseq_layernorm_plugins.prepare.iwslt14_mini import prepare, remove_bpe
+from fairseq_layernorm_plugins.prepare.iwslt14_mini import prepare
+from fairseq_layernorm_plugins.prepare.subwords import remove_bpe
 from fairseq_layernorm_plugins.prepare.textio import read_lines
 
 
@@ -19,7 +20,7 @@ def test_iwslt14_mini_train_generate_bleu(tmp_path):
         assert all(bpe.process_line(remove_bpe(line)) == line for line in train[::20])
         dictionary = read_lines(tmp_path / "mini" / "bin" / f"dict.{lang}.txt")
         assert len(dictionary) < 8000, "a second segmentation would inflate the dictionary"
-    references = read_lines(tmp_path / "mini" / "test.ref.en")
+    references = read_lines(tmp_path / "mini" / "test.tok.en")
     official = read_lines(iwslt / "fairseq_iwslt14.tokenized.de-en" / "test.en")
     assert references == [remove_bpe(line) for line in official[::67][:100]]
 

@@ -14,85 +14,68 @@ Everything is already Moses-tokenised, lowercased and BPE-segmented with fairseq
 * test: the official test set (dev2010 + dev2012 + tst2010 + tst2011 + tst2012,
   6750 lines), or ``test_lines`` evenly spaced lines of it for quick runs.
 
-The output directory holds ``bin/`` (fairseq data-bin; separate dictionaries as in
-fairseq's IWSLT14 recipe, or ``joined=True`` for ``--share-all-embeddings``) and
-``test.ref.{de,en}``: the references without BPE (tokenised, lowercased), for
-tokenised BLEU, the convention for IWSLT14.
+The output directory has the layout of ``dataset.py``: ``bin/`` (fairseq data-bin;
+separate dictionaries as in fairseq's IWSLT14 recipe, or ``joined=True`` for
+``--share-all-embeddings``), ``test.tok.{de,en}`` (references without BPE: tokenised,
+lowercased, for tokenised BLEU, the convention for IWSLT14) and ``test.raw.{de,en}``
+(the same lines untokenised, from ``orig_de-en``'s xml).
 """
 import argparse
 import hashlib
 import json
 from pathlib import Path
 
-from fairseq_layernorm_plugins.prepare.textio import (
-    DataError,
-    atomic_directory,
-    fairseq_preprocess,
-    read_lines,
-    read_parallel,
-    write_lines,
-)
+from fairseq_layernorm_plugins.prepare.dataset import subsample, write_dataset
+from fairseq_layernorm_plugins.prepare.iwslt14 import TEST_SETS, aligned
+from fairseq_layernorm_plugins.prepare.moses import xml_segments
+from fairseq_layernorm_plugins.prepare.subwords import ApplyBPE, remove_bpe
+from fairseq_layernorm_plugins.prepare.textio import DataError, read_lines, read_parallel
 
 PREPARED = "fairseq_iwslt14.tokenized.de-en"
+ORIG = "orig_de-en"
 SAMPLES = ("train_samples/lr_samples_first_7750e75", "train_samples/lr_samples_first_7a54319")
-
-
-def remove_bpe(line):
-    return (line + " ").replace("@@ ", "").rstrip()
-
-
-def load_bpe(codes_path):
-    from subword_nmt.apply_bpe import BPE
-
-    read_lines(codes_path)  # a clear error if missing, empty or not UTF-8
-    with open(codes_path, encoding="utf-8") as codes:
-        return BPE(codes)
 
 
 def resegment(bpe, line):
     """Undo BPE and re-apply ``bpe`` (so all splits share one segmentation)."""
-    return bpe.process_line(remove_bpe(line))
+    return bpe(remove_bpe(line))
 
 
-def build_splits(iwslt_dir, src="de", tgt="en", valid_every=8, test_lines=None):
-    """Return {"train"|"valid"|"test": [(src, tgt), ...]} from the shared IWSLT14 files."""
+def build_splits(iwslt_dir, src="de", tgt="en", valid_every=8, test_lines=None, train_pairs=None, seed=1):
+    """Return {"train"|"valid"|"test"|"test.raw": [(src, tgt), ...]} from the shared
+    IWSLT14 files ("test.raw": the untokenised xml segments of the same test lines)."""
     iwslt_dir = Path(iwslt_dir)
-    bpe = load_bpe(iwslt_dir / PREPARED / "code")
+    read_lines(iwslt_dir / PREPARED / "code")  # a clear error if missing, empty or not UTF-8
+    bpe = ApplyBPE(iwslt_dir / PREPARED / "code")
     samples = []
     for sample in SAMPLES:
         pairs = read_parallel(iwslt_dir / sample / f"train.{src}", iwslt_dir / sample / f"train.{tgt}")
         samples += [(resegment(bpe, s), resegment(bpe, t)) for s, t in pairs]
     fairseq_valid = read_parallel(iwslt_dir / PREPARED / f"valid.{src}", iwslt_dir / PREPARED / f"valid.{tgt}")
     test = read_parallel(iwslt_dir / PREPARED / f"test.{src}", iwslt_dir / PREPARED / f"test.{tgt}")
+    raw = {lang: [line for name in TEST_SETS for line in xml_segments(read_lines(iwslt_dir / ORIG / f"{name}.de-en.{lang}.xml"))] for lang in (src, tgt)}
+    test_raw = list(zip(raw[src], raw[tgt]))
+    aligned(iwslt_dir / PREPARED / f"test.{src}", test, iwslt_dir / ORIG, test_raw, "test lines")
 
     valid = fairseq_valid[::valid_every]
     held_out = set(valid)
     train = list(dict.fromkeys(samples + [p for p in fairseq_valid if p not in held_out]))
+    train = subsample(train, train_pairs, seed)
     if test_lines:
         step = max(1, len(test) // test_lines)
-        test = test[::step][:test_lines]
-    return {"train": train, "valid": valid, "test": test}
+        test, test_raw = test[::step][:test_lines], test_raw[::step][:test_lines]
+    return {"train": train, "valid": valid, "test": test, "test.raw": test_raw}
 
 
-def prepare(iwslt_dir, out_dir, src="de", tgt="en", valid_every=8, test_lines=None, joined=False, workers=2, force=False):
-    """Build IWSLT14-mini into ``out_dir`` (atomically); skip if already built from the
-    same inputs and options. Returns the summary written to ``out_dir/stamp.json``."""
-    out_dir = Path(out_dir)
-    splits = build_splits(iwslt_dir, src, tgt, valid_every, test_lines)
-    digest = hashlib.sha256(json.dumps(splits, ensure_ascii=False).encode()).hexdigest()
-    summary = {"src": src, "tgt": tgt, "joined_dictionary": joined, "sizes": {k: len(v) for k, v in splits.items()}, "sha256": digest}
-    stamp = out_dir / "stamp.json"
-    if not force and stamp.exists() and json.loads(stamp.read_text()) == summary:
-        return summary
-    with atomic_directory(out_dir) as tmp:
-        for split, pairs in splits.items():
-            write_lines(tmp / f"{split}.{src}", [s for s, _ in pairs])
-            write_lines(tmp / f"{split}.{tgt}", [t for _, t in pairs])
-        for lang, side in ((src, 0), (tgt, 1)):
-            write_lines(tmp / f"test.ref.{lang}", [remove_bpe(p[side]) for p in splits["test"]])
-        fairseq_preprocess(tmp / "train", tmp / "valid", tmp / "test", tmp / "bin", src, tgt, joined, workers)
-        (tmp / "stamp.json").write_text(json.dumps(summary, indent=1))
-    return summary
+def prepare(iwslt_dir, out_dir, src="de", tgt="en", valid_every=8, test_lines=None, joined=False, workers=2, force=False,
+            train_pairs=None, seed=1):
+    """Build IWSLT14-mini into ``out_dir`` (layout of ``dataset.py``, written atomically);
+    skip if already built from the same inputs and options. Returns its stamp."""
+    splits = build_splits(iwslt_dir, src, tgt, valid_every, test_lines, train_pairs, seed)
+    references = {"test.raw": splits.pop("test.raw"), "test.tok": [(remove_bpe(s), remove_bpe(t)) for s, t in splits["test"]]}
+    options = {"recipe": "iwslt14-mini", "valid_every": valid_every, "test_lines": test_lines, "train_pairs": train_pairs, "seed": seed}
+    key = hashlib.sha256(json.dumps([splits, references, options, joined], ensure_ascii=False).encode()).hexdigest()
+    return write_dataset(out_dir, key, splits, references, src, tgt, joined, workers, summary=options, force=force)
 
 
 def main(argv=None):
@@ -104,12 +87,15 @@ def main(argv=None):
     parser.add_argument("--tgt", default="en")
     parser.add_argument("--valid-every", type=int, default=8, help="hold out every N-th line of fairseq's valid split")
     parser.add_argument("--test-lines", type=int, default=None, help="use N evenly spaced test lines (default: all 6750)")
+    parser.add_argument("--train-pairs", type=int, default=None, metavar="K", help="keep K training pairs, drawn deterministically by --seed")
+    parser.add_argument("--seed", type=int, default=1, help="seed of --train-pairs (default: 1)")
     parser.add_argument("--joined-dictionary", action="store_true", help="one dictionary for both languages")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--force", action="store_true", help="rebuild even if the stamp says it is up to date")
     args = parser.parse_args(argv)
     try:
-        summary = prepare(args.iwslt_dir, args.out, args.src, args.tgt, args.valid_every, args.test_lines, args.joined_dictionary, args.workers, args.force)
+        summary = prepare(args.iwslt_dir, args.out, args.src, args.tgt, args.valid_every, args.test_lines, args.joined_dictionary, args.workers, args.force,
+                          args.train_pairs, args.seed)
     except DataError as err:
         parser.exit(2, f"error: {err}\n")
     print(f"IWSLT14-mini in {args.out}: " + ", ".join(f"{k} {v}" for k, v in summary["sizes"].items()))

@@ -1,0 +1,51 @@
+"""The last steps shared by every recipe: optional subsampling of the training pairs,
+then the output directory, written atomically:
+
+    OUT/{train,valid,test}.{src,tgt}   segmented text (what fairseq-preprocess read)
+    OUT/test.tok.{src,tgt}             references before segmentation (tokenised BLEU)
+    OUT/test.raw.{src,tgt}             untokenised references (SacreBLEU), likewise valid
+    OUT/bin/                           the fairseq data-bin
+    OUT/stamp.json                     sizes, options and the key of the inputs
+"""
+import json
+import logging
+import random
+import shutil
+from pathlib import Path
+
+from fairseq_layernorm_plugins.prepare.textio import atomic_directory, fairseq_preprocess, write_lines
+
+logger = logging.getLogger(__name__)
+
+
+def subsample(pairs, k, seed=1):
+    """``k`` pairs drawn without replacement by ``seed``, in corpus order (all if fewer)."""
+    if k is None or k >= len(pairs):
+        return list(pairs)
+    keep = sorted(random.Random(seed).sample(range(len(pairs)), k))
+    return [pairs[i] for i in keep]
+
+
+def write_dataset(out_dir, key, splits, references, src, tgt, joined=False, workers=2, extra_files=(), summary=None, force=False):
+    """Write the output directory unless its stamp already has ``key``.
+
+    splits: {"train"|"valid"|"test": [(src, tgt), ...]} (segmented); references:
+    {"test.tok": [(src, tgt)], "test.raw": [...], ...}; extra_files: paths copied in
+    (the BPE codes, a SentencePiece model). Returns the stamp's content."""
+    out_dir = Path(out_dir)
+    stamp = out_dir / "stamp.json"
+    if not force and stamp.is_file() and json.loads(stamp.read_text()).get("key") == key:
+        logger.info("%s: up to date, skipped", out_dir)
+        return json.loads(stamp.read_text())
+    content = {"key": key, "src": src, "tgt": tgt, "joined_dictionary": joined,
+               "sizes": {split: len(pairs) for split, pairs in splits.items()}, **(summary or {})}
+    with atomic_directory(out_dir) as tmp:
+        for name, pairs in {**splits, **references}.items():
+            write_lines(tmp / f"{name}.{src}", [s for s, _ in pairs])
+            write_lines(tmp / f"{name}.{tgt}", [t for _, t in pairs])
+        for path in extra_files:
+            shutil.copy(path, tmp / Path(path).name)
+        logger.info("fairseq-preprocess -> %s", out_dir / "bin")
+        fairseq_preprocess(tmp / "train", tmp / "valid", tmp / "test", tmp / "bin", src, tgt, joined, workers)
+        (tmp / "stamp.json").write_text(json.dumps(content, indent=1))
+    return content

@@ -1,0 +1,62 @@
+"""Getting the corpora: download with progress and retries, or use local archives;
+unpack with validation (a corrupt, truncated or incomplete archive is a one-line
+error naming it)."""
+import logging
+import os
+import sys
+import tarfile
+import time
+import urllib.request
+from pathlib import Path
+
+from tqdm import tqdm
+
+from fairseq_layernorm_plugins.prepare.textio import DataError
+
+logger = logging.getLogger(__name__)
+
+
+def download(url, destination, retries=3, wait=5.0):
+    """Fetch ``url`` to ``destination`` (via ``destination.part``, renamed when complete);
+    an existing ``destination`` is reused. Retries with a growing wait."""
+    destination = Path(destination)
+    if destination.exists():
+        return destination
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    part = destination.with_name(destination.name + ".part")
+    for attempt in range(1, retries + 1):
+        try:
+            with urllib.request.urlopen(url, timeout=60) as response, open(part, "wb") as out:
+                total = int(response.headers.get("Content-Length") or 0) or None
+                with tqdm(total=total, unit="B", unit_scale=True, desc=destination.name, file=sys.stderr, mininterval=2) as bar:
+                    while block := response.read(1 << 20):
+                        out.write(block)
+                        bar.update(len(block))
+            if total is not None and part.stat().st_size != total:
+                raise OSError(f"got {part.stat().st_size} of {total} bytes")
+            os.replace(part, destination)
+            return destination
+        except OSError as err:
+            logger.warning("download of %s failed (attempt %d/%d): %s", url, attempt, retries, err)
+            if attempt == retries:
+                part.unlink(missing_ok=True)
+                raise DataError(f"{url}: download failed after {retries} attempts ({err})") from None
+            time.sleep(wait * attempt)
+
+
+def extract(archive, destination, required):
+    """Unpack the tar ``archive`` into ``destination`` after checking that it reads to
+    the end and holds every member path in ``required``."""
+    archive = Path(archive)
+    if not archive.is_file():
+        raise DataError(f"{archive}: archive not found")
+    try:
+        with tarfile.open(archive) as tar:
+            names = set(tar.getnames())  # reads every header: catches truncation early
+            missing = sorted(set(required) - names)
+            if missing:
+                raise DataError(f"{archive}: missing {', '.join(missing)}")
+            tar.extractall(destination, filter="data")
+    except (tarfile.TarError, EOFError, OSError) as err:
+        raise DataError(f"{archive}: corrupt or truncated archive ({err})") from None
+    return Path(destination)

@@ -1,0 +1,206 @@
+"""WMT14 En-De, the "paper" setup (Vaswani et al. 2017; fairseq's
+``prepare-wmt14en2de.sh`` text steps with newstest2013 as valid):
+
+1. train = Europarl v7 + CommonCrawl + News Commentary v9 (~4.5M pairs); valid =
+   newstest2013 (3000); test = newstest2014 *full* (3003, what sacrebleu calls
+   ``wmt14/full``). From the statmt.org archives (downloaded or ``--archive-dir``)
+   or from local files (``--train``/``--valid``/``--test``; ``.sgm`` is read too);
+2. train: ``normalize-punctuation.perl``, ``remove-non-printing-char.perl``, Moses
+   tokenisation with aggressive hyphen splitting (``-a``); valid/test: ``’`` -> ``'``
+   and the same tokenisation, as the recipe does for newstest2014;
+3. joint BPE (subword-nmt, 32000 merges by default; the fairseq script used 40000),
+   or ``--sentencepiece VOCAB`` for a joint SentencePiece model on the normalised,
+   untokenised text instead of steps 2's tokenisation and BPE;
+4. train cleaned after segmentation to 1..250 tokens, ratio 1.5 (clean-corpus-n);
+5. ``fairseq-preprocess`` with a joined dictionary (``--share-all-embeddings``), or
+   separate ones with ``--separate-dictionaries``.
+
+The untokenised references (``test.raw.*``, ``valid.raw.*``) stay beside the data-bin
+for detokenised SacreBLEU; ``test.tok.*`` for tokenised (compound-split) BLEU.
+"""
+import argparse
+import functools
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fairseq_layernorm_plugins.prepare.dataset import subsample, write_dataset
+from fairseq_layernorm_plugins.prepare.fetch import download, extract
+from fairseq_layernorm_plugins.prepare.iwslt14 import add_common_args, aligned, run_cli
+from fairseq_layernorm_plugins.prepare.moses import CleanCorpus, NormalizePunctuation, Tokenize, straight_apostrophe, xml_segments
+from fairseq_layernorm_plugins.prepare.parallel import Compose, map_lines
+from fairseq_layernorm_plugins.prepare.steps import Steps
+from fairseq_layernorm_plugins.prepare.subwords import ApplyBPE, ApplySentencePiece, learn_joint_bpe, learn_sentencepiece
+from fairseq_layernorm_plugins.prepare.textio import DataError, read_lines, read_parallel, write_lines
+
+logger = logging.getLogger(__name__)
+
+# archive URL, then per corpus its file prefix inside (``{prefix}.{lang}``)
+ARCHIVES = {
+    "training-parallel-europarl-v7.tgz": ("http://statmt.org/wmt13/training-parallel-europarl-v7.tgz", "training/europarl-v7.de-en"),
+    "training-parallel-commoncrawl.tgz": ("http://statmt.org/wmt13/training-parallel-commoncrawl.tgz", "commoncrawl.de-en"),
+    "training-parallel-nc-v9.tgz": ("http://statmt.org/wmt14/training-parallel-nc-v9.tgz", "training/news-commentary-v9.de-en"),
+}
+DEV = ("dev.tgz", "http://statmt.org/wmt14/dev.tgz", "dev/newstest2013")
+TEST = ("test-full.tgz", "http://statmt.org/wmt14/test-full.tgz", "test-full/newstest2014-deen-{side}.{lang}.sgm")
+
+
+@dataclass
+class Sources:
+    """Where each split's text is: per split a list of {lang: path}; .sgm files are
+    read as their <seg>s."""
+
+    train: list = field(default_factory=list)
+    valid: list = field(default_factory=list)
+    test: list = field(default_factory=list)
+
+    def files(self):
+        return [path for split in (self.train, self.valid, self.test) for pair in split for path in pair.values()]
+
+
+def read_text(path):
+    lines = read_lines(path)
+    return xml_segments(lines) if str(path).endswith(".sgm") else lines
+
+
+def read_split(pairs, src, tgt):
+    """Aligned (src, tgt) raw pairs of one split, concatenated over its corpora."""
+    out = []
+    for pair in pairs:
+        a, b = read_text(pair[src]), read_text(pair[tgt])
+        aligned(pair[src], a, pair[tgt], b, "lines" if not str(pair[src]).endswith(".sgm") else "<seg>s")
+        out += zip(a, b)
+    return out
+
+
+def standard_sources(steps, src, tgt, archive_dir=None, download_dir="data/downloads"):
+    """Unpack (downloading if needed) the five statmt.org archives; return their Sources
+    and the steps that key them."""
+    archive_dir = Path(archive_dir or download_dir)
+    sources, done = Sources(), []
+
+    def unpack(name, url, members):
+        archive = archive_dir / name
+        if not archive.exists():
+            if archive_dir != Path(download_dir) and archive_dir.exists():
+                raise DataError(f"{archive}: archive not found")
+            download(url, archive)
+        step = steps.run(f"unpack.{name}", lambda tmp: extract(archive, tmp, members), inputs=[archive])
+        done.append(step)
+        return step.path
+
+    langs = (src, tgt)
+    for name, (url, prefix) in ARCHIVES.items():
+        root = unpack(name, url, [f"{prefix}.{lang}" for lang in langs])
+        sources.train.append({lang: root / f"{prefix}.{lang}" for lang in langs})
+    root = unpack(DEV[0], DEV[1], [f"{DEV[2]}.{lang}" for lang in langs])
+    sources.valid.append({lang: root / f"{DEV[2]}.{lang}" for lang in langs})
+    test_files = {lang: TEST[2].format(side="src" if lang == src else "ref", lang=lang) for lang in langs}
+    root = unpack(TEST[0], TEST[1], list(test_files.values()))
+    sources.test.append({lang: root / path for lang, path in test_files.items()})
+    return sources, done
+
+
+def tokenize(sources, src, tgt, workers, sentencepiece, out):
+    """Step 2: normalised (+ tokenised) train; tokenised valid/test; raw valid/test refs."""
+    splits = {split: read_split(getattr(sources, split), src, tgt) for split in ("train", "valid", "test")}
+    for lang, side in ((src, 0), (tgt, 1)):
+        train_fn = [NormalizePunctuation(lang)] + ([] if sentencepiece else [Tokenize(lang, aggressive_dash_splits=True)])
+        eval_fn = [straight_apostrophe] + ([] if sentencepiece else [Tokenize(lang, aggressive_dash_splits=True)])
+        write_lines(out / f"train.{lang}", map_lines(Compose(*train_fn), [p[side] for p in splits["train"]], workers, desc=f"normalise+tokenise train.{lang}"))
+        for split in ("valid", "test"):
+            lines = [p[side] for p in splits[split]]
+            write_lines(out / f"{split}.raw.{lang}", lines)
+            write_lines(out / f"{split}.{lang}", map_lines(Compose(*eval_fn), lines, workers, desc=f"tokenise {split}.{lang}"))
+
+
+def segment(tok_dir, src, tgt, merges, sentencepiece, workers, out):
+    """Steps 3-4: learn joint BPE (or SentencePiece) on train, apply, clean train."""
+    texts = [read_lines(tok_dir / f"train.{lang}") for lang in (src, tgt)]
+    if sentencepiece:
+        learn_sentencepiece(texts, out / "spm", sentencepiece)
+        apply = ApplySentencePiece(out / "spm.model")
+    else:
+        learn_joint_bpe(texts, out / "code", merges)
+        apply = ApplyBPE(out / "code")
+    seg = {}
+    for split in ("train", "valid", "test"):
+        for lang in (src, tgt):
+            seg[split, lang] = map_lines(apply, read_lines(tok_dir / f"{split}.{lang}"), workers, desc=f"segment {split}.{lang}")
+    train = [p for p in map_lines(CleanCorpus(1, 250, 1.5), list(zip(seg["train", src], seg["train", tgt])), workers, desc="clean train") if p]
+    logger.info("clean-corpus: kept %d of %d train pairs", len(train), len(seg["train", src]))
+    seg["train", src], seg["train", tgt] = [s for s, _ in train], [t for _, t in train]
+    for (split, lang), lines in seg.items():
+        write_lines(out / f"{split}.{lang}", lines)
+
+
+def prepare(out_dir, sources=None, archive_dir=None, download_dir="data/downloads", src="en", tgt="de", merges=32000,
+            sentencepiece=None, joined=True, train_pairs=None, seed=1, workers=2, force=False, keep_work=False, recipe="wmt14"):
+    """Build the WMT data directory ``out_dir`` from ``sources`` (a Sources) or the
+    standard archives; returns its stamp (sizes, options)."""
+    out_dir = Path(out_dir)
+    steps = Steps(out_dir.with_name(out_dir.name + ".work"), force)
+    if sources is None:
+        sources, inputs = standard_sources(steps, src, tgt, archive_dir, download_dir)
+    else:
+        inputs = sources.files()
+    seg_name = f"spm{sentencepiece}" if sentencepiece else f"bpe{merges}"
+    tok = steps.run(f"tokenize.{src}-{tgt}" + (".spm" if sentencepiece else ""),
+                    functools.partial(tokenize, sources, src, tgt, workers, sentencepiece), inputs=inputs)
+    seg = steps.run(f"{seg_name}.{src}-{tgt}", functools.partial(segment, tok.path, src, tgt, merges, sentencepiece, workers),
+                    inputs=[tok], options=[merges, sentencepiece])
+
+    splits = {split: read_parallel(seg.path / f"{split}.{src}", seg.path / f"{split}.{tgt}") for split in ("train", "valid", "test")}
+    splits["train"] = subsample(splits["train"], train_pairs, seed)
+    references = {f"{split}.raw": read_parallel(tok.path / f"{split}.raw.{src}", tok.path / f"{split}.raw.{tgt}") for split in ("valid", "test")}
+    references["test.tok"] = read_parallel(tok.path / f"test.{src}", tok.path / f"test.{tgt}")
+    options = {"recipe": recipe, "merges": None if sentencepiece else merges, "sentencepiece": sentencepiece, "train_pairs": train_pairs, "seed": seed}
+    extra = [seg.path / "spm.model"] if sentencepiece else [seg.path / "code"]
+    stamp = write_dataset(out_dir, Steps.key("dataset", [seg], [options, joined]), splits, references, src, tgt, joined,
+                          workers, extra_files=extra, summary=options, force=force)
+    if not keep_work:
+        steps.clean()
+    return stamp
+
+
+def add_wmt_args(parser):
+    parser.add_argument("--src", default="en", choices=("en", "de"))
+    parser.add_argument("--tgt", default="de", choices=("en", "de"))
+    parser.add_argument("--merges", type=int, default=32000, help="joint BPE merges (default: 32000)")
+    parser.add_argument("--sentencepiece", type=int, default=None, metavar="VOCAB",
+                        help="segment with a joint SentencePiece model of VOCAB pieces instead of Moses + BPE")
+    parser.add_argument("--separate-dictionaries", action="store_true", help="one dictionary per language (default: joined)")
+    add_common_args(parser)
+
+
+def local_pair(paths, src, tgt, parser):
+    if len(paths) == 1:
+        return {lang: Path(f"{paths[0]}.{lang}") for lang in (src, tgt)}
+    if len(paths) == 2:
+        return {src: Path(paths[0]), tgt: Path(paths[1])}
+    parser.error(f"expected PREFIX or SRC_FILE TGT_FILE, got {' '.join(paths)}")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--archive-dir", help="folder holding the statmt.org archives (default: download them to --download-dir)")
+    parser.add_argument("--download-dir", default="data/downloads", help="where archives are downloaded (default: data/downloads)")
+    for split in ("train", "valid", "test"):
+        parser.add_argument(f"--{split}", nargs="+", action="append", metavar="PATH",
+                            help=f"{split} corpus from local files instead of the archives: PREFIX (PREFIX.SRC, PREFIX.TGT) or SRC_FILE TGT_FILE"
+                            + ("; repeat to concatenate corpora" if split == "train" else ""))
+    parser.add_argument("--out", default="data/wmt14.en-de", help="output directory (default: data/wmt14.en-de)")
+    add_wmt_args(parser)
+    args = parser.parse_args(argv)
+    sources = None
+    if args.train or args.valid or args.test:
+        if not (args.train and args.valid and args.test):
+            parser.error("--train, --valid and --test go together")
+        sources = Sources(*([local_pair(paths, args.src, args.tgt, parser) for paths in getattr(args, split)] for split in ("train", "valid", "test")))
+    return run_cli(parser, prepare, out_dir=args.out, sources=sources, archive_dir=args.archive_dir, download_dir=args.download_dir, src=args.src, tgt=args.tgt,
+                   merges=args.merges, sentencepiece=args.sentencepiece, joined=not args.separate_dictionaries, train_pairs=args.train_pairs,
+                   seed=args.seed, workers=args.workers, force=args.force, keep_work=args.keep_work)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,190 @@
+"""The IWSLT14 and WMT14 pipelines end to end on standard-shaped inputs built from real
+segments in ../shared/data: layout, sizes, resumability, and bad inputs (one-line
+error, no output directory)."""
+import re
+import shutil
+import tarfile
+
+import pytest
+from conftest import PLUGIN_DIR, TINY_MODEL, json_records, run_cli, shared_data
+from helpers.corpora import build_iwslt14_archive, xml_to_train_tags
+
+from fairseq_layernorm_plugins.prepare import iwslt14, wmt14, wmt14_mini
+from fairseq_layernorm_plugins.prepare.moses import xml_segments
+from fairseq_layernorm_plugins.prepare.textio import DataError, read_lines
+
+
+@pytest.fixture(scope="module")
+def iwslt_archive(tmp_path_factory):
+    return build_iwslt14_archive(shared_data("iwslt14", "orig_de-en"), tmp_path_factory.mktemp("archive") / "de-en.tgz")
+
+
+def test_iwslt14_archive_to_data_bin_that_fairseq_trains_on(iwslt_archive, tmp_path):
+    out = tmp_path / "iwslt14"
+    stamp = iwslt14.prepare(out, archive=iwslt_archive, merges=1000)
+    fairseq_tmp = shared_data("iwslt14", "fairseq_iwslt14.tokenized.de-en", "tmp")
+    # train.tags made of tst2010 + tst2011 (2998 segments + 2 x 5 header lines per talk)
+    n_text = sum(len(xml_to_train_tags(shared_data("iwslt14", "orig_de-en", f"IWSLT14.TED.{s}.de-en.de.xml"))) for s in ("tst2010", "tst2011"))
+    n_talks = (n_text - 1565 - 1433) // 5
+    cleaned = stamp["sizes"]["train"] + stamp["sizes"]["valid"]
+    assert 0.9 * (n_text - 3 * n_talks) <= cleaned <= n_text - 3 * n_talks  # url/keywords/talkid dropped; clean-corpus drops a few
+    assert stamp["sizes"]["valid"] == cleaned // 23 and stamp["sizes"]["test"] == 6750
+    assert read_lines(out / "test.tok.en") == read_lines(fairseq_tmp / "test.en")
+    raw = [line for s in iwslt14.TEST_SETS for line in xml_segments(read_lines(shared_data("iwslt14", "orig_de-en", f"{s}.de-en.de.xml")))]
+    assert read_lines(out / "test.raw.de") == raw
+    assert read_lines(out / "code")[0].startswith("#version") and len(read_lines(out / "code")) <= 1001
+    assert not (tmp_path / "iwslt14.work").exists()  # intermediate steps are removed on success
+
+    log = run_cli(
+        "fairseq-train", out / "bin", "--user-dir", PLUGIN_DIR, "--arch", "transformer_preln", *TINY_MODEL,
+        "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "1000", "--max-update", "3", "--cpu",
+        "--save-dir", tmp_path / "ckpt", "--no-save", "--no-progress-bar", "--log-format", "json", "--log-interval", "1",
+    )
+    assert len(json_records(log, "train_inner")) == 3
+    assert float(json_records(log, "valid")[-1]["valid_loss"]) > 0  # the valid split binarised and loads too
+
+
+def test_interrupted_run_resumes_and_force_redoes(iwslt_archive, tmp_path, monkeypatch):
+    out = tmp_path / "iwslt14"
+
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    real_bpe, real_tokenize = iwslt14.apply_bpe, iwslt14.tokenize
+    monkeypatch.setattr(iwslt14, "apply_bpe", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        iwslt14.prepare(out, archive=iwslt_archive, merges=500)
+    assert not out.exists()
+    work = tmp_path / "iwslt14.work"
+    assert sorted(p.name for p in work.iterdir() if not p.name.startswith(".")) == ["tokenize.de-en", "unpack"]
+
+    calls = []
+    monkeypatch.setattr(iwslt14, "apply_bpe", real_bpe)
+    monkeypatch.setattr(iwslt14, "tokenize", lambda *a: calls.append("tokenize") or real_tokenize(*a))
+    first = iwslt14.prepare(out, archive=iwslt_archive, merges=500, keep_work=True)
+    assert calls == []  # the finished tokenisation step was not redone
+    again = iwslt14.prepare(out, archive=iwslt_archive, merges=500, keep_work=True)
+    assert calls == [] and again == first
+    iwslt14.prepare(out, archive=iwslt_archive, merges=500, force=True)
+    assert calls == ["tokenize"]
+
+
+def _raw_dir(tmp_path, iwslt_archive):
+    with tarfile.open(iwslt_archive) as tar:
+        tar.extractall(tmp_path / "raw", filter="data")
+    return tmp_path / "raw" / "de-en"
+
+
+def _misaligned(raw):
+    path = raw / "IWSLT14.TED.tst2011.de-en.en.xml"
+    lines = path.read_text(encoding="utf-8").splitlines()
+    i = next(i for i, line in enumerate(lines) if "<seg id" in line)
+    path.write_text("\n".join(lines[:i] + lines[i + 1 :]) + "\n", encoding="utf-8")
+    return r"IWSLT14\.TED\.tst2011\.de-en\.de\.xml has 1433 <seg>s but .*tst2011\.de-en\.en\.xml has 1432: not aligned"
+
+
+def _misaligned_train(raw):
+    with open(raw / "train.tags.de-en.en", "a", encoding="utf-8") as f:
+        f.write("one more line\n")
+    return r"train\.tags\.de-en\.de has \d+ text lines but .*train\.tags\.de-en\.en has \d+: not aligned"
+
+
+def _bad_utf8(raw):
+    path = raw / "train.tags.de-en.de"
+    lines = path.read_bytes().split(b"\n")
+    lines[41] = b"Stra\xdfe"  # Latin-1, not UTF-8
+    path.write_bytes(b"\n".join(lines))
+    return r"train\.tags\.de-en\.de:42: invalid UTF-8"
+
+
+def _blank(raw):
+    (raw / "IWSLT14.TED.dev2010.de-en.de.xml").write_text("\n \n")
+    return r"IWSLT14\.TED\.dev2010\.de-en\.de\.xml: empty or all-blank file"
+
+
+def _missing(raw):
+    (raw / "train.tags.de-en.en").unlink()
+    return r"de-en: missing train\.tags\.de-en\.en"
+
+
+@pytest.mark.parametrize("damage", [_misaligned, _misaligned_train, _bad_utf8, _blank, _missing])
+def test_bad_raw_input_is_one_line_error_and_no_output(damage, iwslt_archive, tmp_path, capsys):
+    raw = _raw_dir(tmp_path, iwslt_archive)
+    expected = damage(raw)
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as exit:
+        iwslt14.main(["--raw-dir", str(raw), "--out", str(out), "--merges", "200"])
+    assert exit.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) >= 1 and err[-1].startswith("error: ")
+    assert re.search(expected, err[-1]), err[-1]
+    assert not out.exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out")]  # no temp dirs left
+
+
+def test_bad_archives(iwslt_archive, tmp_path):
+    incomplete = build_iwslt14_archive(shared_data("iwslt14", "orig_de-en"), tmp_path / "incomplete.tgz", drop=["IWSLT14.TED.tst2012.de-en.en.xml"])
+    truncated = tmp_path / "truncated.tgz"
+    truncated.write_bytes(iwslt_archive.read_bytes()[:50_000])
+    for archive, message in ((incomplete, r"incomplete\.tgz: missing de-en/IWSLT14\.TED\.tst2012\.de-en\.en\.xml"),
+                             (truncated, r"truncated\.tgz: corrupt or truncated archive"),
+                             (tmp_path / "absent.tgz", r"absent\.tgz: file not found")):
+        with pytest.raises(DataError, match=message):
+            iwslt14.prepare(tmp_path / "out", archive=archive)
+        assert not (tmp_path / "out").exists()
+
+
+def _wmt_archives(root, shared):
+    """The five statmt.org archives, shaped like the real ones, from real WMT text: each
+    training corpus a 600-line slice of other news test sets (raw), the real
+    newstest2013 and the real newstest2014 full sgm."""
+    root.mkdir()
+    news = shared / "wmt_news_other" / "de-en"
+    slices = {"training-parallel-europarl-v7.tgz": "newstest2010", "training-parallel-commoncrawl.tgz": "newstest2011",
+              "training-parallel-nc-v9.tgz": "newstest2012"}
+    for name, (url, prefix) in wmt14.ARCHIVES.items():
+        with tarfile.open(root / name, "w:gz") as tar:
+            for lang in ("en", "de"):
+                tmp = root / f"{slices[name]}.{lang}"
+                tmp.write_text("\n".join(read_lines(news / f"{slices[name]}.{lang}")[:600]) + "\n", encoding="utf-8")
+                tar.add(tmp, arcname=f"{prefix}.{lang}")
+    with tarfile.open(root / "dev.tgz", "w:gz") as tar:
+        for lang in ("en", "de"):
+            tar.add(shared / "wmt14" / "plain" / f"newstest2013.{lang}", arcname=f"dev/newstest2013.{lang}")
+    with tarfile.open(root / "test-full.tgz", "w:gz") as tar:
+        for f in (shared / "wmt14" / "test-full").iterdir():
+            tar.add(f, arcname=f"test-full/{f.name}")
+    return root
+
+
+@pytest.mark.parametrize("segmentation", ["bpe", "sentencepiece"])
+def test_wmt14_from_archives_valid_is_newstest2013_test_is_newstest2014(segmentation, tmp_path):
+    shared = shared_data()
+    archives = _wmt_archives(tmp_path / "archives", shared)
+    out = tmp_path / "wmt14"
+    stamp = wmt14.prepare(out, archive_dir=archives, merges=1000, sentencepiece=2000 if segmentation == "sentencepiece" else None)
+    assert stamp["sizes"]["valid"] == 3000 and stamp["sizes"]["test"] == 3003
+    assert 0.8 * 1800 < stamp["sizes"]["train"] <= 1800  # clean-corpus (1..250, ratio 1.5) drops a few
+    assert read_lines(out / "valid.raw.de") == read_lines(shared / "wmt14" / "plain" / "newstest2013.de")
+    assert read_lines(out / "test.raw.de") == read_lines(shared / "wmt14" / "plain" / "newstest2014.de")
+    assert read_lines(out / "test.raw.en") == xml_segments(read_lines(shared / "wmt14" / "test-full" / "newstest2014-deen-src.en.sgm"))
+    assert (out / "bin" / "dict.en.txt").read_text() == (out / "bin" / "dict.de.txt").read_text()  # joined dictionary
+    first_test = read_lines(out / "test.en")[0]
+    if segmentation == "bpe":
+        assert read_lines(out / "test.tok.en")[0] == "Gutach : Increased safety for pedestrians"
+        assert "@@" in " ".join(read_lines(out / "train.en")) and (out / "code").is_file()
+    else:
+        assert first_test.startswith("▁") and (out / "spm.model").is_file()
+    shutil.rmtree(archives)
+
+
+def test_wmt14_mini_from_shared_data(tmp_path):
+    shared = shared_data()
+    stamp = wmt14_mini.prepare(tmp_path / "mini", shared, merges=2000, train_pairs=5000)
+    assert stamp["sizes"] == {"train": 5000, "valid": 3000, "test": 3003}
+    assert read_lines(tmp_path / "mini" / "valid.raw.en") == read_lines(shared / "wmt14" / "plain" / "newstest2013.en")
+    held_out = set(read_lines(tmp_path / "mini" / "test.tok.en")) | set(read_lines(tmp_path / "mini" / "valid.raw.en"))
+    train = set(read_lines(tmp_path / "mini" / "train.en"))
+    assert len(held_out & train) < 5  # newstest2013/2014 are not in training
+    # the detokenised OpenNMT sample went through normalise + tokenise like the rest
+    assert all("&amp;apos;" not in line for line in train)
