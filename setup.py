@@ -36,6 +36,7 @@ setup(
         "regex",  # \p{C} of remove-non-printing-char (sacremoses depends on it too)
         "subword-nmt>=0.3.8",
         "tqdm",
+        "pyyaml",
     ],
     extras_require={
         "test": ["pytest>=7", "pytest-timeout"],

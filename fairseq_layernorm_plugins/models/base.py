@@ -5,10 +5,13 @@ A method module subclasses fairseq's layers (overriding their hooks), subclasses
 ``decoder_layer_cls``, and calls
 :func:`register_arch_family` once to register its architecture and size variants.
 """
+import argparse
+
 from fairseq.models import register_model_architecture
 from fairseq.models.transformer import TransformerConfig, TransformerModel
 from fairseq.models.transformer import transformer_legacy as fairseq_archs
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
+from omegaconf import OmegaConf
 
 from fairseq_layernorm_plugins.modules import (
     PluginTransformerDecoder,
@@ -27,6 +30,10 @@ class PluginTransformerModel(TransformerModel):
 
     @classmethod
     def build_model(cls, args, task):
+        if OmegaConf.is_config(args):
+            # fairseq-hydra-train passes a DictConfig, from which fairseq's TransformerConfig
+            # keeps only its own fields: the method's options would be silently dropped
+            args = argparse.Namespace(**OmegaConf.to_container(args, resolve=True))
         for flag, why in cls.incompatible_flags.items():
             if getattr(args, flag, False):
                 raise ValueError(f"{args.arch}: drop --{flag.replace('_', '-')} ({why})")

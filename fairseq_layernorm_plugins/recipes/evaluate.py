@@ -1,0 +1,141 @@
+"""Evaluate a run: average its last N checkpoints, translate the test set with the
+recipe's decoding settings, and score it three ways, each labelled as what it is:
+
+* ``sacrebleu``: detokenised SacreBLEU against the untokenised references, with its
+  signature (the headline for WMT14; lowercased for IWSLT14, whose data is lowercased);
+* ``tokenized``: BLEU on Moses-tokenised text against the tokenised references (the
+  IWSLT14 convention, no SacreBLEU test set exists for it);
+* ``compound_split``: tokenised BLEU after fairseq's ``compound_split_bleu.sh`` hyphen
+  rewrite (``a-b`` -> ``a ##AT##-##AT## b``), for comparison with older WMT14 papers.
+
+Results are written as JSON beside the run.
+"""
+import json
+import re
+from pathlib import Path
+
+import sacrebleu
+import torch
+from sacremoses import MosesDetokenizer
+
+from fairseq_layernorm_plugins.prepare.moses import Tokenize
+from fairseq_layernorm_plugins.prepare.textio import read_lines, write_lines
+from fairseq_layernorm_plugins.recipes.launch import BIN, PLUGIN_DIR, run_logged
+
+_EPOCH = re.compile(r"checkpoint(\d+)\.pt$")
+_UPDATE = re.compile(r"checkpoint_(\d+)_(\d+)\.pt$")
+_COMPOUND = re.compile(r"(\S)-(\S)")
+
+
+def last_checkpoints(save_dir, n, kind="epoch"):
+    """The last ``n`` epoch (``checkpointE.pt``) or update (``checkpoint_E_U.pt``)
+    checkpoints, newest first; ``checkpoint_last.pt`` when there are none."""
+    pattern = _EPOCH if kind == "epoch" else _UPDATE
+    found = [(int(m.groups()[-1]), p) for p in Path(save_dir).glob("checkpoint*.pt") if (m := pattern.search(p.name))]
+    found = [p for _, p in sorted(found, reverse=True)[:n]]
+    return found or [Path(save_dir) / "checkpoint_last.pt"]
+
+
+def average_checkpoints(paths, output):
+    """Write a checkpoint whose model parameters are the element-wise mean of ``paths``'
+    (accumulated in float64; integer buffers from the first); the rest of the first
+    checkpoint is kept. Written to a temp file, then renamed."""
+    paths = [Path(p) for p in paths]
+    first = torch.load(paths[0], map_location="cpu", weights_only=False)
+    sums = {k: v.double() if v.is_floating_point() else v for k, v in first["model"].items()}
+    for path in paths[1:]:
+        model = torch.load(path, map_location="cpu", weights_only=False)["model"]
+        if model.keys() != sums.keys():
+            raise ValueError(f"{path}: parameters differ from {paths[0]}'s")
+        for k, v in model.items():
+            if v.is_floating_point():
+                sums[k] += v.double()
+    first["model"] = {k: (v / len(paths)).to(first["model"][k].dtype) if v.is_floating_point() else v for k, v in sums.items()}
+    output = Path(output)
+    tmp = output.with_name(output.name + ".tmp")
+    torch.save(first, tmp)
+    tmp.replace(output)
+    return output
+
+
+def read_hypotheses(generate_log):
+    """fairseq-generate's ``H-`` lines in sentence order (text after BPE removal)."""
+    hyps = {}
+    for line in Path(generate_log).read_text(encoding="utf-8").splitlines():
+        if line.startswith("H-"):
+            idx, _, text = line.split("\t")
+            hyps[int(idx[2:])] = text
+    if sorted(hyps) != list(range(len(hyps))):
+        raise ValueError(f"{generate_log}: hypotheses are not 0..{len(hyps) - 1}")
+    return [hyps[i] for i in range(len(hyps))]
+
+
+def compound_split(line):
+    """fairseq's compound_split_bleu.sh: ``perl -ple 's{(\\S)-(\\S)}{$1 ##AT##-##AT## $2}g'``."""
+    return _COMPOUND.sub(r"\1 ##AT##-##AT## \2", line)
+
+
+def score(hyps_tok, hyps_detok, refs_tok=None, refs_raw=None, lowercase=False):
+    """{metric: {"score", "label", ...}} for what the references allow."""
+    scores = {}
+    if refs_raw is not None:
+        bleu = sacrebleu.metrics.BLEU(lowercase=lowercase)
+        result = bleu.corpus_score(hyps_detok, [refs_raw])
+        scores["sacrebleu"] = {"score": round(result.score, 2), "signature": str(bleu.get_signature()), "detail": str(result),
+                               "label": "SacreBLEU, detokenised" + (", lowercased" if lowercase else "")}
+    if refs_tok is not None:
+        result = sacrebleu.corpus_bleu(hyps_tok, [refs_tok], tokenize="none")
+        scores["tokenized"] = {"score": round(result.score, 2), "detail": str(result), "label": "tokenized BLEU (Moses-tokenised text)"}
+        result = sacrebleu.corpus_bleu([compound_split(h) for h in hyps_tok], [[compound_split(r) for r in refs_tok]], tokenize="none")
+        scores["compound_split"] = {"score": round(result.score, 2), "detail": str(result),
+                                    "label": "tokenized BLEU, compound-split (compound_split_bleu.sh)"}
+    return scores
+
+
+def evaluate(run_dir, average_last=None, kind="epoch", subset="test", max_tokens=8000, cpu=None, echo=print):
+    """Evaluate the run in ``run_dir`` (its run.json); returns and writes results.json."""
+    run_dir = Path(run_dir)
+    run = json.loads((run_dir / "run.json").read_text())
+    gen = run.get("generate", {})
+    n = average_last or gen.get("average_last", 1)
+    checkpoints = last_checkpoints(run["save_dir"], n, kind)
+    checkpoint = checkpoints[0]
+    if len(checkpoints) > 1:
+        checkpoint = average_checkpoints(checkpoints, run_dir / f"checkpoint_avg{len(checkpoints)}.pt")
+        echo(f"averaged {len(checkpoints)} checkpoints: {', '.join(p.name for p in checkpoints)}")
+    data_bin = Path(run["data"])
+    root = data_bin.parent if data_bin.name == "bin" else data_bin
+    stamp = json.loads((root / "stamp.json").read_text()) if (root / "stamp.json").is_file() else {}
+    spm = bool(stamp.get("sentencepiece"))
+    cpu = (not torch.cuda.is_available()) if cpu is None else cpu
+    cmd = [BIN / "fairseq-generate", data_bin, "--user-dir", PLUGIN_DIR, "--path", checkpoint, "--gen-subset", subset,
+           "--beam", gen.get("beam", 5), "--lenpen", gen.get("lenpen", 1.0), "--max-tokens", max_tokens,
+           "--remove-bpe", "sentencepiece" if spm else "subword_nmt", *(["--cpu"] if cpu else [])]
+    log = run_dir / f"generate-{subset}.log"
+    log.unlink(missing_ok=True)
+    run_logged(cmd, log, f"{run['recipe']} generate", echo=lambda line: "Generate " in line)
+
+    tgt = run["target_lang"]
+    hyps = read_hypotheses(log)
+    if spm:
+        hyps_detok, hyps_tok = hyps, [Tokenize(tgt, aggressive_dash_splits=True)(h) for h in hyps]
+    else:
+        detok = MosesDetokenizer(lang=tgt)
+        hyps_tok, hyps_detok = hyps, [detok.detokenize(h.split()) for h in hyps]
+    write_lines(run_dir / f"{subset}.hyp.tok.{tgt}", hyps_tok)
+    write_lines(run_dir / f"{subset}.hyp.detok.{tgt}", hyps_detok)
+    refs = {kind_: read_lines(root / f"{subset}.{kind_}.{tgt}") if (root / f"{subset}.{kind_}.{tgt}").is_file() else None for kind_ in ("tok", "raw")}
+    for kind_, lines in refs.items():
+        if lines is not None and len(lines) != len(hyps):
+            raise ValueError(f"{root / f'{subset}.{kind_}.{tgt}'}: {len(lines)} references for {len(hyps)} hypotheses")
+    scores = score(hyps_tok, hyps_detok, refs["tok"], refs["raw"], lowercase=gen.get("lowercase", False))
+    headline = gen.get("bleu", "sacrebleu")
+    result = {"recipe": run["recipe"], "depth": run.get("depth"), "run_dir": str(run_dir), "subset": subset, "sentences": len(hyps),
+              "checkpoints": [str(p) for p in checkpoints], "beam": gen.get("beam", 5), "lenpen": gen.get("lenpen", 1.0),
+              "headline": headline if headline in scores else next(iter(scores), None), "bleu": scores, "paper": run.get("paper")}
+    tmp = run_dir / "results.json.tmp"
+    tmp.write_text(json.dumps(result, indent=1))
+    tmp.replace(run_dir / "results.json")
+    for metric, value in scores.items():
+        echo(f"{run['recipe']} {run.get('depth')}: {value['label']}: {value['score']:.2f}" + (f"  [{value['signature']}]" if "signature" in value else ""))
+    return result
