@@ -41,6 +41,7 @@ class Launch:
     cpu_workers: int = 0  # > 0: CPU data-parallel processes (gloo) instead of GPUs
     precision: str = None  # default: the recipe's
     seed: int = None  # default: the recipe's
+    slurm: bool = False  # one task per GPU started by srun/submitit (fairseq's SLURM setup)
     master_port: int = 29500
     train_entry: str = None  # default: fairseq-train of this environment
     extra: list = field(default_factory=list)
@@ -77,8 +78,10 @@ class Launch:
         distributed = fairseq.setdefault("distributed_training", {})
         if self.cpu_workers > 1:  # FAIRSEQ_NOTES.md: CPU data parallel needs gloo and legacy_ddp
             distributed.update(distributed_backend="gloo", ddp_backend="legacy_ddp")
-        elif self.nodes > 1:  # fairseq's SLURM setup: one task per GPU, rendezvous on this port
+        elif self.slurm and self.workers > 1:  # fairseq's SLURM setup: one task per GPU, rendezvous on this port
             distributed.update(distributed_world_size=self.workers, distributed_port=self.master_port)
+        elif self.nodes > 1:
+            raise ValueError("multi-node training runs under SLURM (scripts/submit.py)")
         elif self.gpus > 1:
             distributed.update(distributed_world_size=self.gpus)
         return fairseq
@@ -98,7 +101,7 @@ class Launch:
         return fairseq_flags(self.groups()) + list(self.extra)
 
     def command(self):
-        """The full command line (a list); multi-node commands run under ``srun``, one task per GPU."""
+        """The full command line (a list); under SLURM every task (one per GPU) runs it."""
         entry = self.train_entry or str(BIN / "fairseq-train")
         if self.cpu_workers > 1:
             return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(self.cpu_workers),

@@ -1,0 +1,175 @@
+"""Results tables and training-curve plots from a set of runs.
+
+A table is one recipe directory (``iwslt14``, ``wmt14/admin``, ...): rows are its
+recipes (methods), columns its depths; each cell is our BLEU (mean +- std over seeds)
+beside the paper's reported number and the difference, using the metric the paper
+reports (``paper.compare`` in the recipe). Written as Markdown and CSV. Plots: per run
+the training and validation loss (and validation BLEU, with ``--eval-bleu``) per epoch,
+parsed from fairseq's ``--log-format json`` logs.
+"""
+import argparse
+import csv
+import io
+import json
+import statistics
+from collections import defaultdict
+from pathlib import Path
+
+
+def collect(paths):
+    """results.json of every run under ``paths`` (run dirs or folders of runs)."""
+    results = []
+    for path in map(Path, paths):
+        files = [path / "results.json"] if (path / "results.json").is_file() else sorted(path.rglob("results.json"))
+        results += [json.loads(f.read_text()) for f in files]
+    return results
+
+
+def _number(value):
+    return f"{value:.2f}" if isinstance(value, (int, float)) else (value or "")
+
+
+def table_rows(results, table):
+    """[(method, depth, ours_mean, ours_std, seeds, paper, metric_label)] for recipes in ``table``."""
+    cells = defaultdict(list)
+    meta = {}
+    for r in results:
+        recipe = r["recipe"]
+        if recipe.rsplit("/", 1)[0] != table:
+            continue
+        paper = r.get("paper") or {}
+        metric = paper.get("compare") or r["headline"]
+        cells[recipe, r["depth"]].append(r["bleu"][metric]["score"])
+        meta[recipe, r["depth"]] = (paper.get("bleu", {}).get(r["depth"]), r["bleu"][metric]["label"], paper)
+    rows = []
+    for (recipe, depth), scores in sorted(cells.items(), key=lambda kv: (kv[0][0], _depth_key(kv[0][1]))):
+        paper_bleu, label, paper = meta[recipe, depth]
+        std = statistics.stdev(scores) if len(scores) > 1 else None
+        rows.append((recipe.rsplit("/", 1)[1], depth, statistics.mean(scores), std, len(scores), paper_bleu, label, paper))
+    return rows
+
+
+def _depth_key(depth):
+    try:
+        return tuple(int(n) for n in (depth or "0L-0L").replace("L", "").split("-"))
+    except ValueError:
+        return (0, 0)
+
+
+def render(rows, table):
+    """(markdown, csv) of the table: rows methods, per depth ours / paper / difference."""
+    depths = sorted({r[1] for r in rows}, key=_depth_key)
+    methods = list(dict.fromkeys(r[0] for r in rows))
+    by = {(r[0], r[1]): r for r in rows}
+    papers = [r[7] for r in rows if r[7]]
+    header = ["method"] + [f"{d} {col}" for d in depths for col in ("ours", "paper", "diff")]
+    lines = [f"### {table}", ""]
+    if papers:
+        approx = " (approximate, read off a plot)" if any(p.get("approximate") for p in papers) else ""
+        lines += [f"paper: {papers[0].get('source', '')}; {papers[0].get('metric', '')}{approx}", ""]
+    lines += [f"ours: {rows[0][6]}; mean +- std over seeds (n)", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(["method", "depth", "ours_mean", "ours_std", "seeds", "paper", "diff"])
+    for method in methods:
+        cells = [method]
+        for depth in depths:
+            row = by.get((method, depth))
+            if row is None:
+                cells += ["", "", ""]
+                continue
+            _, _, mean, std, n, paper, _, _ = row
+            diff = mean - paper if isinstance(paper, (int, float)) else None
+            cells += [f"{mean:.2f}" + (f" +- {std:.2f}" if std is not None else "") + f" ({n})", _number(paper),
+                      f"{diff:+.2f}" if diff is not None else ""]
+            writer.writerow([method, depth, f"{mean:.2f}", "" if std is None else f"{std:.2f}", n, _number(paper),
+                             "" if diff is None else f"{diff:+.2f}"])
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n", out.getvalue()
+
+
+def read_log_curves(log_path):
+    """{"train": [{"epoch", "update", "loss"}], "valid": [{"epoch", "update", "loss", "bleu"}]}
+    from a fairseq json log; "epoch" is fractional (fairseq's progress within the epoch),
+    so validations every N updates fall where they happened."""
+    curves = {"train": [], "valid": []}
+    epoch_at = {}
+    for line in Path(log_path).read_text(errors="replace").splitlines():
+        if "| train_inner | {" in line:
+            record = json.loads(line.split("| train_inner | ", 1)[1])
+            update = int(record["num_updates"])
+            epoch_at[update] = float(record["update"])  # fairseq logs epoch - 1 + progress here
+            curves["train"].append({"epoch": epoch_at[update], "update": update, "loss": float(record["loss"])})
+        elif "| valid | {" in line:
+            record = json.loads(line.split("| valid | ", 1)[1])
+            update = int(record.get("valid_num_updates", 0))
+            bleu = record.get("valid_bleu")
+            curves["valid"].append({"epoch": epoch_at.get(update, float(record["epoch"])), "update": update,
+                                    "loss": float(record["valid_loss"]), "bleu": None if bleu is None else float(bleu)})
+    return curves
+
+
+def plot_curves(run_dirs, output, title=""):
+    """One PNG: training loss, validation loss, and validation BLEU when the logs have it,
+    per (fractional) epoch; one line per run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = []
+    for run_dir in map(Path, run_dirs):
+        run = json.loads((run_dir / "run.json").read_text())
+        runs.append((f"{run['recipe'].rsplit('/', 1)[-1]} {run.get('depth') or ''}".strip(), read_log_curves(run_dir / "train.log")))
+    has_bleu = any(v["bleu"] is not None for _, c in runs for v in c["valid"])
+    fig, axes = plt.subplots(1, 3 if has_bleu else 2, figsize=(15 if has_bleu else 10, 4))
+    for label, curves in runs:
+        for ax, key, points in ((axes[0], "loss", curves["train"]), (axes[1], "loss", curves["valid"]),
+                                (axes[-1] if has_bleu else None, "bleu", curves["valid"])):
+            if ax is not None and points:
+                ax.plot([p["epoch"] for p in points], [float("nan") if p[key] is None else p[key] for p in points],
+                        marker="o" if points is curves["valid"] else None, label=label)
+    for ax, (x, y) in zip(axes, [("epoch", "training loss"), ("epoch", "validation loss"), ("epoch", "validation BLEU")]):
+        ax.set_xlabel(x)
+        ax.set_ylabel(y)
+        ax.grid(alpha=0.3)
+    axes[0].legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    output = Path(output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(output, dpi=120)
+    plt.close(fig)
+    return output
+
+MAIN_DOC = """Collect evaluated runs into a paper's table (Markdown + CSV, ours beside the
+paper's number) and plot their training curves (PNG):
+
+    python scripts/make_table.py runs/ --table wmt14/admin --out results/wmt14_admin
+    -> results/wmt14_admin.md, .csv, .png
+
+A table is a recipe directory under configs/ (iwslt14, iwslt14_mini, wmt14/admin,
+wmt14/b2t); every run under the given paths whose recipe is in it is included.
+"""
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=MAIN_DOC.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("paths", nargs="+", help="run directories or folders holding runs (with results.json)")
+    parser.add_argument("--table", required=True, help="recipe directory, e.g. wmt14/admin")
+    parser.add_argument("--out", required=True, help="output prefix: writes OUT.md, OUT.csv, OUT.png")
+    args = parser.parse_args(argv)
+    results = collect(args.paths)
+    rows = table_rows(results, args.table)
+    if not rows:
+        parser.exit(2, f"error: no evaluated runs of {args.table} under {', '.join(args.paths)}\n")
+    markdown, table_csv = render(rows, args.table)
+    paths = {ext: Path(f"{args.out}.{ext}") for ext in ("md", "csv", "png")}
+    paths["md"].parent.mkdir(parents=True, exist_ok=True)
+    paths["md"].write_text(markdown)
+    paths["csv"].write_text(table_csv)
+    run_dirs = [r["run_dir"] for r in results if r["recipe"].rsplit("/", 1)[0] == args.table]
+    plot_curves(run_dirs, paths["png"], title=args.table)
+    print(markdown)
+    print("wrote " + ", ".join(map(str, paths.values())))
+    return rows

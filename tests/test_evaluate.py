@@ -1,0 +1,143 @@
+"""Training through the launcher and evaluation: checkpoint averaging, SacreBLEU equal to
+the sacrebleu CLI, 2-process CPU data parallel, fairseq-hydra-train."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from conftest import BIN, PLUGIN_DIR, TINY_MODEL, shared_data
+
+from fairseq_layernorm_plugins.prepare.iwslt14_mini import prepare as prepare_iwslt14_mini
+from fairseq_layernorm_plugins.prepare.textio import read_lines, write_lines
+from fairseq_layernorm_plugins.recipes.config import load_recipe
+from fairseq_layernorm_plugins.recipes.evaluate import average_checkpoints, compound_split, evaluate, last_checkpoints, score
+from fairseq_layernorm_plugins.recipes.launch import Launch, train
+
+TINY_RECIPE = """
+tokens_per_update: 1000
+generate: {{beam: 2, average_last: 2}}
+fairseq:
+  task: {{_name: translation, source_lang: src, target_lang: tgt}}
+  model: {{_name: {arch}, encoder_layers: 2, decoder_layers: 2, encoder_embed_dim: 32, decoder_embed_dim: 32,
+          encoder_ffn_embed_dim: 64, decoder_ffn_embed_dim: 64, encoder_attention_heads: 2, decoder_attention_heads: 2}}
+  criterion: {{_name: cross_entropy}}
+  optimizer: {{_name: adam}}
+  lr_scheduler: {{_name: fixed}}
+  optimization: {{lr: [0.003], max_update: 8}}
+  dataset: {{max_tokens: 1000, disable_validation: true}}
+  checkpoint: {{no_save: true}}
+  common: {{log_format: simple, log_interval: 2, seed: 1}}
+"""
+
+
+def tiny_recipe(tmp_path, arch="transformer_preln"):
+    path = tmp_path / f"tiny_{arch}.yaml"
+    path.write_text(TINY_RECIPE.format(arch=arch))
+    return load_recipe(path)
+
+
+def test_average_of_two_checkpoints_is_the_elementwise_mean(tmp_path):
+    torch.manual_seed(0)
+    states = [{"w": torch.randn(5, 3), "h": torch.randn(4).half(), "steps": torch.tensor([7 + i])} for i in range(2)]
+    for i, state in enumerate(states):
+        torch.save({"model": state, "cfg": {"i": i}, "extra_state": {"epoch": i}}, tmp_path / f"c{i}.pt")
+    out = torch.load(average_checkpoints([tmp_path / "c0.pt", tmp_path / "c1.pt"], tmp_path / "avg.pt"), weights_only=False)
+    for key in ("w", "h"):
+        expected = ((states[0][key].double() + states[1][key].double()) / 2).to(states[0][key].dtype)
+        torch.testing.assert_close(out["model"][key], expected, rtol=0, atol=0)
+        assert out["model"][key].dtype == states[0][key].dtype
+    assert out["model"]["steps"].item() == 7 and out["cfg"] == {"i": 0}
+    torch.save({"model": {"other": torch.zeros(1)}}, tmp_path / "c2.pt")
+    with pytest.raises(ValueError, match=r"c2\.pt: parameters differ"):
+        average_checkpoints([tmp_path / "c0.pt", tmp_path / "c2.pt"], tmp_path / "bad.pt")
+    assert not (tmp_path / "bad.pt").exists()
+
+
+def test_last_checkpoints_by_epoch_or_update(tmp_path):
+    for name in ["checkpoint_last.pt", "checkpoint_best.pt"] + [f"checkpoint{e}.pt" for e in range(1, 13)] + [
+            f"checkpoint_{e}_{u}.pt" for e, u in ((1, 500), (2, 1000), (2, 1500))]:
+        (tmp_path / name).touch()
+    assert [p.name for p in last_checkpoints(tmp_path, 10)] == [f"checkpoint{e}.pt" for e in range(12, 2, -1)]
+    assert [p.name for p in last_checkpoints(tmp_path, 2, "update")] == ["checkpoint_2_1500.pt", "checkpoint_2_1000.pt"]
+    assert [p.name for p in last_checkpoints(tmp_path / "nothing", 3)] == ["checkpoint_last.pt"]
+
+
+def test_compound_split_is_fairseqs_rewrite():
+    assert compound_split("ein well-known Satz") == "ein well ##AT##-##AT## known Satz"
+    assert compound_split("a @-@ b") == "a @ ##AT##-##AT## @ b"
+    assert compound_split("- x -") == "- x -"
+
+
+def sacrebleu_cli(ref, hyp, *options):
+    out = subprocess.run([str(BIN / "sacrebleu"), str(ref), "-i", str(hyp), "-m", "bleu", "-b", "-w", "2", *options],
+                         capture_output=True, text=True, check=True).stdout
+    return float(out.strip())
+
+
+@pytest.mark.parametrize("lowercase", [False, True])
+def test_sacrebleu_scores_equal_the_cli(tmp_path, lowercase):
+    refs = read_lines(shared_data("wmt14", "plain", "newstest2014.de"))[:400]
+    hyps = [" ".join(w for i, w in enumerate(line.split()) if i % 4 != 1) for line in refs]  # a degraded system
+    hyps = [h.upper() if i % 5 == 0 else h for i, h in enumerate(hyps)]
+    write_lines(tmp_path / "ref.de", refs)
+    write_lines(tmp_path / "hyp.de", hyps)
+    scores = score(hyps, hyps, refs, refs, lowercase=lowercase)
+    assert scores["sacrebleu"]["score"] == round(sacrebleu_cli(tmp_path / "ref.de", tmp_path / "hyp.de", *(["-lc"] if lowercase else [])), 2)
+    assert scores["tokenized"]["score"] == round(sacrebleu_cli(tmp_path / "ref.de", tmp_path / "hyp.de", "--tokenize", "none"), 2)
+    assert scores["sacrebleu"]["signature"].startswith("nrefs:1|case:" + ("lc" if lowercase else "mixed"))
+    assert 10 < scores["sacrebleu"]["score"] < 90
+
+
+def test_train_then_evaluate_on_iwslt14_mini(tmp_path, capsys):
+    """The main path: recipe -> launcher -> 2 update checkpoints -> averaged -> generate ->
+    results.json whose SacreBLEU equals the CLI's on the files it wrote."""
+    data = tmp_path / "mini"
+    prepare_iwslt14_mini(shared_data("iwslt14"), data, test_lines=60)
+    recipe = load_recipe("iwslt14_mini/postln").with_depth()
+    run_dir = tmp_path / "run"
+    launch = Launch(recipe, str(data / "bin"), str(run_dir / "checkpoints"), cpu_workers=1,
+                    extra=["--max-update", "10", "--save-interval-updates", "5", "--keep-interval-updates", "2", "--disable-validation"])
+    train(launch, run_dir)
+    result = evaluate(run_dir, average_last=2, kind="update")
+    printed = capsys.readouterr().out
+    assert "averaged 2 checkpoints: checkpoint_1_10.pt, checkpoint_1_5.pt" in printed
+    assert "nrefs:1|case:lc|eff:no|tok:13a|smooth:exp|version:" in printed  # the signature is printed
+    saved = json.loads((run_dir / "results.json").read_text())
+    assert saved == result and result["sentences"] == 60 and result["headline"] == "tokenized"
+    assert set(result["bleu"]) == {"sacrebleu", "tokenized", "compound_split"}
+    cli = sacrebleu_cli(data / "test.raw.en", run_dir / "test.hyp.detok.en", "-lc")
+    assert result["bleu"]["sacrebleu"]["score"] == round(cli, 2)
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["recipe"] == "iwslt14_mini/postln" and "--max-update 10" in run["command"]
+
+
+def test_launcher_two_cpu_processes_end_with_identical_parameters(tiny_data_bin, tmp_path):
+    recipe = tiny_recipe(tmp_path)
+    helper = PLUGIN_DIR.parent / "tests" / "helpers" / "train_and_dump.py"
+    launch = Launch(recipe, str(tiny_data_bin), str(tmp_path / "ckpt"), cpu_workers=2, master_port=29531, train_entry=str(helper))
+    assert launch.plan() == (500, 1)
+    train(launch, tmp_path / "run", env={**os.environ, "DUMP_DIR": str(tmp_path), "OMP_NUM_THREADS": "1"})
+    log = (tmp_path / "run" / "train.log").read_text()
+    assert "num_updates 8" in log or '"num_updates": "8"' in log
+    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
+    assert ranks[0].keys() == ranks[1].keys()
+    for key, value in ranks[0].items():
+        torch.testing.assert_close(ranks[1][key], value, rtol=0, atol=0, msg=key)
+
+
+def test_recipe_runs_under_fairseq_hydra_train(tiny_data_bin, tmp_path):
+    """The same recipe as a fairseq-hydra-train config; Admin's options survive hydra
+    (it profiles), as they do on the command line."""
+    recipe = tiny_recipe(tmp_path, "transformer_admin")
+    recipe.data["fairseq"]["checkpoint"] = {}
+    launch = Launch(recipe, str(tiny_data_bin), str(tmp_path / "ckpt"), cpu_workers=1)
+    config = launch.write_hydra_config(tmp_path / "hydra" / "admin.yaml")
+    proc = subprocess.run([str(BIN / "fairseq-hydra-train"), "--config-dir", str(config.parent), "--config-name", "admin",
+                           f"hydra.run.dir={tmp_path / 'outputs'}"], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-3000:]
+    assert "Admin: profiled 1 batch(es)" in log
+    assert "Stopping training due to num_updates: 8 >= max_update: 8" in log
+    assert (tmp_path / "ckpt" / "checkpoint_last.pt").is_file()

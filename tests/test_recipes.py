@@ -1,0 +1,86 @@
+"""Recipes (configs/) and the launcher: every recipe is a valid fairseq command line,
+the batch split keeps tokens per update, the printed command is the config."""
+import pytest
+from conftest import parse
+
+from fairseq_layernorm_plugins.recipes.config import RecipeError, fairseq_flags, list_recipes, load_recipe, merge
+from fairseq_layernorm_plugins.recipes.launch import Launch, batch_plan
+
+ALL = [(name, depth) for name in list_recipes() for depth in load_recipe(name).depths or [None]]
+
+
+def parsed(launch, data_bin):
+    """fairseq-train's parse of a launch's arguments (the data path replaced by ``data_bin``)."""
+    argv = launch.fairseq_args()[1:]
+    i = argv.index("--arch")
+    return parse(data_bin, argv[i + 1], *(argv[:i] + argv[i + 2 :]))
+
+
+@pytest.mark.parametrize("name, depth", ALL, ids=[f"{n}@{d}" for n, d in ALL])
+def test_every_recipe_is_a_valid_fairseq_command_meaning_the_recipe(name, depth, tiny_data_bin):
+    recipe = load_recipe(name).with_depth(depth)
+    launch = Launch(recipe, str(tiny_data_bin), "/tmp/unused", gpus=4)
+    args = parsed(launch, tiny_data_bin)
+    groups = recipe.fairseq
+    assert args.arch == groups["model"]["_name"] and args.optimizer == groups["optimizer"]["_name"]
+    assert args.lr_scheduler == groups["lr_scheduler"]["_name"] and args.lr == groups["optimization"]["lr"]
+    assert args.dropout == groups["model"]["dropout"]
+    for key, value in {**groups["lr_scheduler"], **groups["optimizer"]}.items():
+        if key != "_name":
+            assert str(getattr(args, key)) == str(value), key
+    encoder, decoder = (int(n) for n in recipe.data["depth"].replace("L", "").split("-"))
+    assert (args.encoder_layers, args.decoder_layers) == (encoder, decoder)
+    assert args.max_tokens * args.update_freq[0] * 4 == recipe.tokens_per_update
+    assert args.fp16 == (recipe.data["precision"] == "fp16") and args.distributed_world_size == 4
+
+
+@pytest.mark.parametrize("gpus, expected", [(1, (8196, 4)), (2, (8196, 2)), (4, (8196, 1)), (8, (4098, 1))])
+def test_update_freq_keeps_admin_wmt14_tokens_per_update(gpus, expected):
+    recipe = load_recipe("wmt14/admin/admin").with_depth("18L-18L")  # 4 GPUs x 8196 in the paper
+    launch = Launch(recipe, "data-bin", "ckpt", gpus=gpus)
+    assert launch.plan() == expected
+    max_tokens, update_freq = expected
+    argv = launch.fairseq_args()
+    assert argv[argv.index("--max-tokens") + 1] == str(max_tokens) and argv[argv.index("--update-freq") + 1] == str(update_freq)
+    assert argv.count("--max-tokens") == 1 and argv.count("--update-freq") == 1
+
+
+@pytest.mark.parametrize("tokens, cap", [(4096, 4096), (458752, 3584), (4000, 4000), (32784, 8196)])
+@pytest.mark.parametrize("workers", [1, 2, 4, 8])
+def test_batch_plan_is_exact_and_fits_the_cap(tokens, cap, workers):
+    max_tokens, update_freq = batch_plan(tokens, cap, workers)
+    assert max_tokens <= cap and workers * max_tokens * update_freq == tokens
+    assert update_freq == 1 or batch_plan(tokens, cap, workers * 2)[1] <= update_freq
+
+
+def test_cpu_launch_is_fp32_and_gloo():
+    launch = Launch(load_recipe("iwslt14_mini/admin").with_depth(), "bin", "ckpt", cpu_workers=2)
+    command = launch.command()
+    assert command[1:4] == ["-m", "torch.distributed.run", "--nproc_per_node"] and command[4] == "2"
+    assert "--fp16" not in command and "--cpu" in command
+    assert command[command.index("--distributed-backend") + 1] == "gloo" and command[command.index("--ddp-backend") + 1] == "legacy_ddp"
+
+
+def test_merge_rules():
+    base = {"fairseq": {"model": {"_name": "a", "dropout": 0.3}, "lr_scheduler": {"_name": "inverse_sqrt", "warmup_updates": 4000}},
+            "depths": {"6L-6L": {}, "12L-12L": {}}}
+    child = {"fairseq": {"model": {"_name": "b"}, "lr_scheduler": {"_name": "inverse_sqrt_nowarmup", "decay_period": 4000}},
+             "depths": {"2L-2L": {}}}
+    merged = merge(base, child)
+    assert merged["fairseq"]["model"] == {"_name": "b", "dropout": 0.3}  # the arch changes, its options stay
+    assert merged["fairseq"]["lr_scheduler"] == {"_name": "inverse_sqrt_nowarmup", "decay_period": 4000}  # a new component
+    assert merged["depths"] == {"2L-2L": {}}
+    assert fairseq_flags({"task": {"_name": "translation", "data": "bin"}, "optimization": {"lr": [0.001], "update_freq": [2]},
+                          "checkpoint": {"no_epoch_checkpoints": True, "keep_last_epochs": None, "no_save": False}}) == [
+        "bin", "--task", "translation", "--lr", "0.001", "--update-freq", "2", "--no-epoch-checkpoints"]
+
+
+def test_bad_recipes_name_the_file(tmp_path):
+    (tmp_path / "broken.yaml").write_text("fairseq:\n  model: {_name: x\n")
+    with pytest.raises(RecipeError, match=r"broken\.yaml:\d+: invalid YAML"):
+        load_recipe(tmp_path / "broken.yaml")
+    (tmp_path / "partial.yaml").write_text("fairseq: {}\n")
+    with pytest.raises(RecipeError, match=r"partial\.yaml: missing 'tokens_per_update'"):
+        load_recipe(tmp_path / "partial.yaml")
+    with pytest.raises(RecipeError, match=r"no depth 7L-7L"):
+        load_recipe("iwslt14/admin").with_depth("7L-7L")

@@ -1,0 +1,99 @@
+"""A grid through submitit's local executor to results and a table; sbatch dry-run
+scripts; the table layout and the curve plot."""
+import json
+import shutil
+
+import pytest
+
+from fairseq_layernorm_plugins.recipes.report import main as make_table
+from fairseq_layernorm_plugins.recipes.report import read_log_curves, render, table_rows
+from fairseq_layernorm_plugins.recipes.slurm import grid, submit, write_sbatch
+
+TINY = """
+tokens_per_update: 1000
+depths: {{2L-2L: {{}}}}
+generate: {{beam: 2, average_last: 1, bleu: tokenized}}
+paper: {{source: "a made-up paper", metric: tokenized BLEU, compare: tokenized, bleu: {{2L-2L: {paper}}}}}
+fairseq:
+  task: {{_name: translation, source_lang: src, target_lang: tgt}}
+  model: {{_name: {arch}, encoder_embed_dim: 32, decoder_embed_dim: 32, encoder_ffn_embed_dim: 64, decoder_ffn_embed_dim: 64,
+          encoder_attention_heads: 2, decoder_attention_heads: 2}}
+  criterion: {{_name: cross_entropy}}
+  optimizer: {{_name: adam}}
+  lr_scheduler: {{_name: fixed}}
+  optimization: {{lr: [0.005], max_update: 30}}
+  dataset: {{max_tokens: 1000}}
+  checkpoint: {{no_epoch_checkpoints: true}}
+  common: {{log_format: json, log_interval: 5, seed: 1}}
+"""
+
+
+@pytest.fixture
+def tiny_setup(tiny_data_bin, tmp_path):
+    configs = tmp_path / "configs" / "tiny"
+    configs.mkdir(parents=True)
+    (configs / "preln.yaml").write_text(TINY.format(arch="transformer_preln", paper=12.5))
+    (configs / "postln.yaml").write_text(TINY.format(arch="transformer", paper="failed"))
+    data = tmp_path / "data"
+    shutil.copytree(tiny_data_bin, data / "bin")
+    for kind in ("tok", "raw"):
+        shutil.copy(tiny_data_bin.parent / "test.tgt", data / f"test.{kind}.tgt")
+    return tmp_path / "configs", data
+
+
+def test_grid_of_two_jobs_through_submitit_local_to_results_and_table(tiny_setup, tmp_path):
+    configs, data = tiny_setup
+    runs = grid(["tiny/preln", "tiny/postln"], None, [1], data=str(data), runs=str(tmp_path / "runs"), gpus=0, cpu_workers=1,
+                config_dir=str(configs))
+    jobs = submit(runs, tmp_path / "submitit", cluster="local", timeout_min=10)
+    results = [job.result() for job in jobs]
+    assert [r["recipe"] for r in results] == ["tiny/preln", "tiny/postln"]
+    for run, result in zip(runs, results):
+        assert json.loads((run.run_dir() / "results.json").read_text()) == result
+        assert result["sentences"] == 40 and result["bleu"]["tokenized"]["score"] >= 0
+
+    make_table([str(tmp_path / "runs"), "--table", "tiny", "--out", str(tmp_path / "report" / "tiny")])
+    markdown = (tmp_path / "report" / "tiny.md").read_text()
+    ours = {r["recipe"].split("/")[1]: r["bleu"]["tokenized"]["score"] for r in results}
+    assert f"| preln | {ours['preln']:.2f} (1) | 12.50 | {ours['preln'] - 12.5:+.2f} |" in markdown
+    assert f"| postln | {ours['postln']:.2f} (1) | failed |  |" in markdown
+    assert "paper: a made-up paper; tokenized BLEU" in markdown
+    assert (tmp_path / "report" / "tiny.csv").read_text().splitlines()[0] == "method,depth,ours_mean,ours_std,seeds,paper,diff"
+    png = tmp_path / "report" / "tiny.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
+    curves = read_log_curves(runs[0].run_dir() / "train.log")
+    assert [p["update"] for p in curves["train"]] == [5, 10, 15, 20, 25, 30] and curves["valid"]
+    assert curves["train"][-1]["epoch"] > curves["train"][0]["epoch"] > 0
+
+
+def test_sbatch_dry_run_names_resources_and_command(tmp_path):
+    runs = grid(["wmt14/admin/admin"], ["18L-18L"], [1, 2], data="/data/wmt14.en-de", runs=str(tmp_path / "runs"), gpus=4, nodes=2)
+    paths = [write_sbatch(run, tmp_path / "sbatch", timeout_min=2880, partition="gpu") for run in runs]
+    assert [p.name for p in paths] == ["wmt14.admin.admin-18L-18L-s1.sbatch", "wmt14.admin.admin-18L-18L-s2.sbatch"]
+    script = paths[1].read_text()
+    for line in ("#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=4", "#SBATCH --gpus-per-node=4", "#SBATCH --time=48:00:00",
+                 "#SBATCH --partition=gpu", "#SBATCH --requeue", "#SBATCH --signal=B:USR1@120"):
+        assert line in script.splitlines()
+    command = next(line for line in script.splitlines() if line.startswith("srun --label "))
+    for flags in ("--arch transformer_admin_wmt_en_de", "--encoder-layers 18 --decoder-layers 18", "--optimizer radam",
+                  "--max-tokens 4098", "--update-freq 1", "--fp16", "--seed 2", "--distributed-world-size 8", "--distributed-port 29500",
+                  "/data/wmt14.en-de", str(tmp_path / "runs" / "wmt14" / "admin" / "admin" / "18L-18L.seed2" / "checkpoints")):
+        assert flags in command, flags
+    assert "evaluate.py" in script.splitlines()[-1]
+
+
+def test_table_layout_mean_std_and_difference():
+    def result(recipe, depth, score, seed_offset=0.0):
+        return {"recipe": recipe, "depth": depth, "headline": "sacrebleu",
+                "bleu": {"compound_split": {"score": score + seed_offset, "label": "tokenized BLEU, compound-split"},
+                         "sacrebleu": {"score": 0.0, "label": "SacreBLEU"}},
+                "paper": {"compare": "compound_split", "source": "Admin Table 1", "metric": "BLEU",
+                          "bleu": {"6L-6L": 27.80, "18L-18L": "failed"}}}
+
+    results = [result("wmt14/admin/postln", "6L-6L", 27.0), result("wmt14/admin/postln", "6L-6L", 27.0, 1.0),
+               result("wmt14/admin/postln", "18L-18L", 0.3), result("iwslt14/postln", "6L-6L", 35.0)]
+    rows = table_rows(results, "wmt14/admin")
+    markdown, table_csv = render(rows, "wmt14/admin")
+    assert "| method | 6L-6L ours | 6L-6L paper | 6L-6L diff | 18L-18L ours | 18L-18L paper | 18L-18L diff |" in markdown
+    assert "| postln | 27.50 +- 0.71 (2) | 27.80 | -0.30 | 0.30 (1) | failed |  |" in markdown
+    assert "postln,6L-6L,27.50,0.71,2,27.80,-0.30" in table_csv and "iwslt" not in table_csv
