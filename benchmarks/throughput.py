@@ -1,0 +1,153 @@
+#!/usr/bin/env python
+"""Training throughput of each method relative to fairseq's own ``transformer`` of the
+same shape, measured in one process run with interleaved repetitions:
+
+    python benchmarks/throughput.py [--data data/iwslt14-mini/bin] [--layers 6] [--dim 256] [--reps 7]
+
+One step = forward + backward + Adam step on the same fixed batches for every arch;
+target words per second per step; per repetition the archs run in rotated order and each
+ratio is taken against the baseline's step in the same repetition; the median ratio and
+its spread (min-max) are printed, one line per arch, with the issue's target. Also the
+peak-memory ratio (CUDA: max allocated; CPU: growth of the peak RSS of a fresh process
+per arch) and
+Admin's profiling time in updates. CPU by default; ``--device cuda --precision bf16``
+(or fp16) on a GPU.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+BASELINE = "transformer"
+ARCHS = ("transformer_preln", "transformer_deepnet", "transformer_b2t", "transformer_admin", "transformer_tfixup")
+TARGETS = {"transformer_preln": 0.99, "transformer_deepnet": 0.99, "transformer_b2t": 0.98, "transformer_admin": 0.97, "transformer_tfixup": 1.00}
+
+
+def model_args(args, arch):
+    return ["--encoder-layers", args.layers, "--decoder-layers", args.layers, "--encoder-embed-dim", args.dim, "--decoder-embed-dim", args.dim,
+            "--encoder-ffn-embed-dim", 4 * args.dim, "--decoder-ffn-embed-dim", 4 * args.dim, "--encoder-attention-heads", max(1, args.dim // 64),
+            "--decoder-attention-heads", max(1, args.dim // 64), "--share-decoder-input-output-embed", "--dropout", "0.1",
+            "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--max-tokens", args.max_tokens]
+
+
+class Bench:
+    """One arch: model, criterion, optimizer and fixed batches on the device."""
+
+    def __init__(self, args, arch):
+        import fairseq_layernorm_plugins  # noqa: F401
+        from fairseq import utils
+        from fairseq_layernorm_plugins import diagnostics as D
+
+        self.args = args
+        self.model, self.criterion, task = D.build(args.data, arch, *model_args(args, arch), seed=1)
+        task.load_dataset("train")
+        iterator = task.get_batch_iterator(dataset=task.dataset("train"), max_tokens=args.max_tokens, seed=1).next_epoch_itr(shuffle=False)
+        self.batches = [next(iterator) for _ in range(args.batches)]
+        device = torch.device(args.device)
+        self.model.to(device)
+        if device.type == "cuda":
+            self.batches = [utils.move_to_cuda(b) for b in self.batches]
+        self.words = sum(int(b["ntokens"]) for b in self.batches)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-4)
+        self.sample = self.batches[0]
+        self.arch = arch
+
+    def step(self):
+        """Seconds for forward + backward + optimizer step over the batches."""
+        dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(self.args.precision)
+        self._sync()
+        start = time.perf_counter()
+        self.model.train()
+        self.optimizer.zero_grad()
+        for batch in self.batches:
+            with torch.autocast(self.args.device, dtype=dtype, enabled=dtype is not None):
+                loss, _, _ = self.criterion(self.model, batch)
+            loss.backward()
+        self.optimizer.step()
+        self._sync()
+        return time.perf_counter() - start
+
+    def _sync(self):
+        if self.args.device == "cuda":
+            torch.cuda.synchronize()
+
+
+def peak_memory(args, arch):
+    """Peak memory of two training steps of ``arch`` in a fresh process, in bytes: CUDA's
+    max allocated, or on CPU the growth of the peak RSS over the process before the model
+    was built."""
+    code = ("import sys, json, resource, torch; sys.argv = json.loads(sys.argv[1]); sys.path.insert(0, %r);"
+            "import throughput as t, fairseq_layernorm_plugins; rss = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024;"
+            "a = t.parse(sys.argv); base = rss(); b = t.Bench(a, a.archs[0]); b.step(); b.step();"
+            "print(torch.cuda.max_memory_allocated() if a.device == 'cuda' else rss() - base)"
+            % str(Path(__file__).parent))
+    argv = ["throughput.py", "--data", args.data, "--layers", str(args.layers), "--dim", str(args.dim), "--batches", str(args.batches),
+            "--max-tokens", str(args.max_tokens), "--device", args.device, "--precision", args.precision, "--archs", arch]
+    out = subprocess.run([sys.executable, "-c", code, json.dumps(argv)], capture_output=True, text=True, check=True).stdout
+    return int(out.strip().splitlines()[-1])
+
+
+def parse(argv):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    default_data = REPO / "data" / "iwslt14-mini" / "bin"
+    parser.add_argument("--data", default=str(default_data), help=f"a data-bin (default: {default_data}; scripts/prepare_iwslt14_mini.py)")
+    parser.add_argument("--archs", nargs="+", default=list(ARCHS))
+    parser.add_argument("--layers", type=int, default=6)
+    parser.add_argument("--dim", type=int, default=256)
+    parser.add_argument("--max-tokens", type=int, default=2048)
+    parser.add_argument("--batches", type=int, default=2, help="batches per step (default 2)")
+    parser.add_argument("--reps", type=int, default=7)
+    parser.add_argument("--warmup", type=int, default=2, help="untimed steps per arch first")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--precision", choices=("fp32", "fp16", "bf16"), default="fp32")
+    parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory processes")
+    return parser.parse_args(argv[1:])
+
+
+def main():
+    args = parse(sys.argv)
+    torch.set_num_threads(os.cpu_count())
+    benches = {arch: Bench(args, arch) for arch in [BASELINE, *args.archs]}
+    for bench in benches.values():
+        for _ in range(args.warmup):
+            bench.step()
+    order = list(benches)
+    seconds = {arch: [] for arch in order}
+    for rep in range(args.reps):
+        rotated = order[rep % len(order):] + order[: rep % len(order)]
+        for arch in rotated:
+            seconds[arch].append(benches[arch].step())
+        print(f"rep {rep + 1}/{args.reps}: " + ", ".join(f"{a.replace('transformer_', '')} {benches[a].words / s[-1]:.0f} wps" for a, s in seconds.items()), flush=True)
+    base_wps = [benches[BASELINE].words / s for s in seconds[BASELINE]]
+    print(f"\n{args.device} {args.precision}, {args.layers}L-{args.layers}L d={args.dim}, {benches[BASELINE].words} target words/step, "
+          f"{args.reps} interleaved reps; baseline fairseq transformer {statistics.median(base_wps):.0f} wps")
+    memory = {} if args.no_memory else {arch: peak_memory(args, arch) for arch in [BASELINE, *args.archs]}
+    for arch in args.archs:
+        ratios = [benches[arch].words / s / b for s, b in zip(seconds[arch], base_wps)]
+        median = statistics.median(ratios)
+        target = TARGETS.get(arch)
+        line = (f"{arch:22s} speed ratio {median:.3f} (spread {min(ratios):.3f}-{max(ratios):.3f}); target >= {target:.2f}: "
+                f"{'met' if median >= target else 'MISSED'}") if target else f"{arch:22s} speed ratio {median:.3f}"
+        if memory:
+            line += f"; peak memory ratio {memory[arch] / memory[BASELINE]:.3f}"
+        print(line)
+    if "transformer_admin" in benches:
+        from fairseq_layernorm_plugins.admin_profiling import profile_admin_
+
+        bench = benches["transformer_admin"]
+        start = time.perf_counter()
+        profile_admin_(bench.model, [bench.sample])
+        profile = time.perf_counter() - start
+        step = statistics.median(seconds["transformer_admin"]) / args.batches
+        print(f"Admin profiling (1 batch): {profile:.3f} s = {profile / step:.2f} updates of one batch")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+#!/usr/bin/env python
+"""CPU-scale stability grid (Admin Fig. 10 / Table 2, B2T Table 1, scaled down): methods x
+depth x peak lr x warm-up on/off, a fixed update budget each, on IWSLT14-mini.
+
+    python scripts/stability_grid.py --out docs/stability_grid
+
+Each cell trains the method's IWSLT14-mini recipe (configs/iwslt14_mini/) at the cell's
+depth with Adam (0.9, 0.98) and either 4000-style inverse-sqrt warm-up (``--warmup``
+updates) or none (constant lr), then decodes 200 test lines greedily. A cell is
+"diverged" when the loss became NaN/inf or the final validation loss is not below the
+loss of a uniform guess over the target vocabulary minus 1 nat (no learning), otherwise
+"trained". Writes OUT/grid.json (per cell: status, final validation loss, BLEU), OUT.md
+(table + the command) and OUT.png (heat map of final validation loss, diverged hatched).
+"""
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+METHODS = ("postln", "preln", "admin", "tfixup", "b2t", "deepnet")
+
+
+def cell_recipe(method, depth, lr, warmup, updates, width):
+    from fairseq_layernorm_plugins.recipes.config import Recipe, load_recipe, merge
+
+    recipe = load_recipe(f"iwslt14_mini/{method}")
+    schedule = ({"_name": "inverse_sqrt", "warmup_updates": warmup, "warmup_init_lr": 1e-7} if warmup else {"_name": "fixed"})
+    data = merge(recipe.data, {
+        "depths": {depth: {}}, "generate": {"beam": 1, "average_last": 1},
+        "fairseq": {"optimizer": {"_name": "adam", "adam_betas": "(0.9, 0.98)"}, "lr_scheduler": schedule,
+                    "optimization": {"lr": [lr], "max_update": updates},
+                    "model": {"encoder_embed_dim": width, "decoder_embed_dim": width, "encoder_ffn_embed_dim": 2 * width,
+                              "decoder_ffn_embed_dim": 2 * width, "encoder_attention_heads": 4, "decoder_attention_heads": 4},
+                    "checkpoint": {"no_save": False}, "common": {"log_interval": 10}},
+    })
+    return Recipe(recipe.name, recipe.path, data).with_depth(depth)
+
+
+def run_cell(method, depth, lr, warmup, args):
+    from fairseq_layernorm_plugins.recipes.evaluate import evaluate
+    from fairseq_layernorm_plugins.recipes.launch import Launch, train
+    from fairseq_layernorm_plugins.recipes.report import read_log_curves
+
+    recipe = cell_recipe(method, depth, lr, warmup, args.updates, args.width)
+    run_dir = Path(args.runs) / f"{method}.{depth}.lr{lr:g}.{'warmup' if warmup else 'nowarmup'}"
+    launch = Launch(recipe, str(Path(args.data) / "bin"), str(run_dir / "checkpoints"), cpu_workers=1, seed=args.seed,
+                    extra=["--no-epoch-checkpoints", "--validate-interval-updates", str(args.updates), "--no-progress-bar"])
+    cell = {"method": method, "depth": depth, "lr": lr, "warmup": warmup}
+    start = time.time()
+    try:
+        train(launch, run_dir)
+        curves = read_log_curves(run_dir / "train.log")
+        valid = curves["valid"][-1]["loss"] if curves["valid"] else float("nan")
+        bleu = evaluate(run_dir, echo=lambda *a: None)["bleu"]["tokenized"]["score"]
+    except RuntimeError as err:  # fairseq stops on NaN/inf losses ("Minimum loss scale", FloatingPointError)
+        curves, valid, bleu = {"train": []}, float("nan"), 0.0
+        cell["error"] = str(err).splitlines()[0]
+    vocabulary = sum(1 for _ in open(Path(args.data) / "bin" / "dict.en.txt")) + 4
+    diverged = not math.isfinite(valid) or valid > math.log2(vocabulary) - 1 / math.log(2)
+    cell.update(status="diverged" if diverged else "trained", valid_loss=valid, bleu=bleu, minutes=round((time.time() - start) / 60, 2),
+                train_loss=[p["loss"] for p in curves["train"]])
+    return cell
+
+
+def render(cells, command, out):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    columns = sorted({(c["depth"], c["lr"], c["warmup"]) for c in cells}, key=lambda k: (int(k[0].split("L")[0]), k[2] == 0, k[1]))
+    methods = list(dict.fromkeys(c["method"] for c in cells))
+    by = {(c["method"], c["depth"], c["lr"], c["warmup"]): c for c in cells}
+    header = ["method"] + [f"{d} lr {lr:g} {'warm-up' if w else 'no warm-up'}" for d, lr, w in columns]
+    lines = ["# CPU-scale stability grid", "", f"Command: `{command}`", "",
+             "Each cell: final validation loss (base 2, fairseq's) / tokenised BLEU on 200 test lines (greedy); "
+             "**diverged** = NaN/inf or no learning.", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    grid = np.full((len(methods), len(columns)), np.nan)
+    for i, method in enumerate(methods):
+        row = [method]
+        for j, key in enumerate(columns):
+            cell = by.get((method, *key))
+            if cell is None:
+                row.append("")
+                continue
+            grid[i, j] = cell["valid_loss"] if cell["status"] == "trained" else np.nan
+            row.append(("**diverged** " if cell["status"] == "diverged" else "") + f"{cell['valid_loss']:.2f} / {cell['bleu']:.2f}")
+        lines.append("| " + " | ".join(row) + " |")
+    Path(f"{out}.md").write_text("\n".join(lines) + "\n")
+    fig, ax = plt.subplots(figsize=(1.3 * len(columns) + 2, 0.5 * len(methods) + 2))
+    image = ax.imshow(grid, cmap="viridis_r", aspect="auto")
+    for i, method in enumerate(methods):
+        for j, key in enumerate(columns):
+            cell = by.get((method, *key))
+            if cell is not None:
+                ax.text(j, i, "X" if cell["status"] == "diverged" else f"{cell['valid_loss']:.2f}", ha="center", va="center",
+                        color="red" if cell["status"] == "diverged" else "white", fontsize=8)
+    ax.set_xticks(range(len(columns)), [f"{d}\nlr {lr:g}\n{'wu' if w else 'no wu'}" for d, lr, w in columns], fontsize=7)
+    ax.set_yticks(range(len(methods)), methods)
+    fig.colorbar(image, label="final validation loss (X = diverged)")
+    ax.set_title("stability grid: final validation loss")
+    fig.tight_layout()
+    fig.savefig(f"{out}.png", dpi=110)
+    plt.close(fig)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--iwslt-dir", default=str(REPO.parent / "shared" / "data" / "iwslt14"))
+    parser.add_argument("--data", default=str(REPO / "data" / "iwslt14-mini-grid"))
+    parser.add_argument("--runs", default=str(REPO / "runs" / "stability-grid"))
+    parser.add_argument("--out", default=str(REPO / "docs" / "stability_grid"), help="writes OUT.md, OUT.png, OUT.json")
+    parser.add_argument("--methods", nargs="+", default=list(METHODS))
+    parser.add_argument("--depths", nargs="+", default=["6L-6L", "18L-18L"])
+    parser.add_argument("--lrs", nargs="+", type=float, default=[1e-3, 2e-3])
+    parser.add_argument("--warmups", nargs="+", type=int, default=[0, 50], help="warm-up updates; 0 = none (default: 0 50)")
+    parser.add_argument("--updates", type=int, default=100)
+    parser.add_argument("--width", type=int, default=64)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+
+    from fairseq_layernorm_plugins.prepare.iwslt14_mini import prepare
+
+    prepare(args.iwslt_dir, args.data, test_lines=200)
+    done = {}
+    results = Path(f"{args.out}.json")
+    if results.exists():  # resume: keep finished cells
+        done = {(c["method"], c["depth"], c["lr"], c["warmup"]): c for c in json.loads(results.read_text())["cells"]}
+    command = "python scripts/stability_grid.py " + " ".join(sys.argv[1:])
+    cells = []
+    keys = [(m, d, lr, w) for d in args.depths for w in args.warmups for lr in args.lrs for m in args.methods]
+    for n, key in enumerate(keys, 1):
+        cell = done.get(key) or run_cell(*key, args)
+        cells.append(cell)
+        print(f"[{n}/{len(keys)}] {key}: {cell['status']}, valid loss {cell['valid_loss']:.2f}, BLEU {cell['bleu']:.2f} "
+              f"({cell['minutes']} min)", flush=True)
+        results.parent.mkdir(parents=True, exist_ok=True)
+        results.write_text(json.dumps({"command": command, "cells": cells}, indent=1))
+    render(cells, command, args.out)
+    print(f"wrote {args.out}.md, .png, .json")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,78 @@
+"""The diagnostics reproduce the papers' facts at initialisation on small models
+(same seed and shape for every arch), on real IWSLT14-mini batches."""
+import statistics
+
+import pytest
+from conftest import shared_data
+
+from fairseq_layernorm_plugins import diagnostics as D
+from fairseq_layernorm_plugins.prepare.iwslt14_mini import prepare
+
+SMALL = ("--encoder-embed-dim 64 --decoder-embed-dim 64 --encoder-ffn-embed-dim 128 --decoder-ffn-embed-dim 128 "
+         "--encoder-attention-heads 4 --decoder-attention-heads 4 --share-decoder-input-output-embed").split()
+
+
+@pytest.fixture(scope="module")
+def mini_bin(tmp_path_factory):
+    out = tmp_path_factory.mktemp("diag") / "mini"
+    prepare(shared_data("iwslt14"), out, test_lines=50)
+    return out / "bin"
+
+
+@pytest.fixture(scope="module")
+def measured(mini_bin):
+    """{(arch, layers): (grad norms, output change after one Adam update, dependency, cosine)}"""
+    results = {}
+    for arch in ("transformer_iwslt_de_en", "transformer_preln_iwslt_de_en", "transformer_admin_iwslt_de_en", "transformer_tfixup_iwslt_de_en"):
+        for layers in (2, 12):
+            model, criterion, task = D.build(mini_bin, arch, *SMALL, "--encoder-layers", layers, "--decoder-layers", layers)
+            sample = D.sample_batch(task, sentences=16)
+            D.prepare_model(model, sample)
+            results[arch.replace("_iwslt_de_en", ""), layers] = (
+                D.grad_norms(model, criterion, sample), D.output_change(model, criterion, sample, "adam"),
+                D.dependency(model, sample), D.layer_cosine(model, sample))
+    return results
+
+
+def test_preln_last_ffn_gradient_is_smaller_than_postln(measured):
+    """Pre-LN paper Fig. 3: at initialisation the top FFN's gradient is larger in Post-LN."""
+    for stack in ("encoder", "decoder"):
+        post = D.ffn_grad_norms(measured["transformer", 12][0], stack)
+        pre = D.ffn_grad_norms(measured["transformer_preln", 12][0], stack)
+        assert len(post) == len(pre) == 12
+        assert pre[-1] < post[-1], (stack, pre[-1], post[-1])
+
+
+def test_postln_output_change_grows_faster_with_depth(measured):
+    """Admin Fig. 4: one Adam update moves a deeper Post-LN's output more than Pre-LN's."""
+    growth = {arch: measured[arch, 12][1] - measured[arch, 2][1] for arch in ("transformer", "transformer_preln")}
+    assert growth["transformer"] > 1.2 * growth["transformer_preln"], growth
+
+
+def test_admin_and_tfixup_output_change_stays_below_postln(measured):
+    """Admin and T-Fixup bound the change: below Post-LN's at 12L-12L (neither is constant
+    in depth at this scale; docs/diagnostics.md shows the curves)."""
+    for arch in ("transformer_admin", "transformer_tfixup"):
+        assert measured[arch, 12][1] < 0.8 * measured["transformer", 12][1], (arch, measured[arch, 12][1])
+
+
+def test_preln_and_admin_depend_less_on_their_own_branch_in_upper_layers(measured):
+    """Admin Sec. 4.1: beta_ii shrinks with depth in Pre-LN (and Admin at init), not in Post-LN."""
+    top = {arch: statistics.mean(measured[arch, 12][2]["decoder"][-6:]) for arch in ("transformer", "transformer_preln", "transformer_admin")}
+    assert top["transformer_preln"] < 0.6 * top["transformer"] and top["transformer_admin"] < 0.6 * top["transformer"], top
+    assert len(measured["transformer", 12][2]["encoder"]) == 24 and len(measured["transformer", 12][2]["decoder"]) == 36
+
+
+def test_layer_cosine_matrix_is_a_similarity_matrix(measured):
+    cosine = measured["transformer_preln", 12][3]["encoder"]
+    assert len(cosine) == 12 and all(abs(cosine[i][i] - 1) < 1e-4 for i in range(12))
+    assert all(abs(cosine[i][j] - cosine[j][i]) < 1e-6 and -1 <= cosine[i][j] <= 1 + 1e-6 for i in range(12) for j in range(12))
+
+
+def test_dependency_restores_the_layers(mini_bin):
+    model, _, task = D.build(mini_bin, "transformer_preln_iwslt_de_en", *SMALL, "--encoder-layers", 2, "--decoder-layers", 2)
+    sample = D.sample_batch(task, sentences=4)
+    before = D.features(model, sample)
+    D.dependency(model, sample)
+    assert all("residual_connection" not in vars(layer) for layer in model.encoder.layers)
+    assert (D.features(model, sample) == before).all()
