@@ -5,33 +5,35 @@ depth x peak lr x warm-up on/off, a fixed update budget each, on IWSLT14-mini.
     python scripts/stability_grid.py --out docs/stability_grid
 
 Each cell trains the method's IWSLT14-mini recipe (configs/iwslt14_mini/) at the cell's
-depth with Adam (0.9, 0.98) and either 4000-style inverse-sqrt warm-up (``--warmup``
+depth and width with Adam (0.9, 0.98) and either inverse-sqrt warm-up (``--warmups``
 updates) or none (constant lr), then decodes 200 test lines greedily. A cell is
-"diverged" when the loss became NaN/inf or the final validation loss is not below the
-loss of a uniform guess over the target vocabulary minus 1 nat (no learning), otherwise
-"trained". Writes OUT/grid.json (per cell: status, final validation loss, BLEU), OUT.md
-(table + the command) and OUT.png (heat map of final validation loss, diverged hatched).
+"diverged" when the loss became NaN/inf, "stalled" when the final validation NLL is not
+below the unigram entropy of the training targets (the model learned word frequencies
+at most), otherwise "trained". Writes OUT.json (per cell: status, final validation NLL, BLEU), OUT.md
+(table + the command) and OUT.png (heat map of the final validation NLL).
 """
 import argparse
 import json
 import math
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 METHODS = ("postln", "preln", "admin", "tfixup", "b2t", "deepnet")
 
 
-def cell_recipe(method, depth, lr, warmup, updates, width):
+def cell_recipe(method, depth, lr, warmup, updates, width, max_tokens):
     from fairseq_layernorm_plugins.recipes.config import Recipe, load_recipe, merge
 
     recipe = load_recipe(f"iwslt14_mini/{method}")
     schedule = ({"_name": "inverse_sqrt", "warmup_updates": warmup, "warmup_init_lr": 1e-7} if warmup else {"_name": "fixed"})
     data = merge(recipe.data, {
-        "depths": {depth: {}}, "generate": {"beam": 1, "average_last": 1},
+        "depths": {depth: {}}, "generate": {"beam": 1, "average_last": 1}, "tokens_per_update": max_tokens,
         "fairseq": {"optimizer": {"_name": "adam", "adam_betas": "(0.9, 0.98)"}, "lr_scheduler": schedule,
                     "optimization": {"lr": [lr], "max_update": updates},
+                    "dataset": {"max_tokens": max_tokens},
                     "model": {"encoder_embed_dim": width, "decoder_embed_dim": width, "encoder_ffn_embed_dim": 2 * width,
                               "decoder_ffn_embed_dim": 2 * width, "encoder_attention_heads": 4, "decoder_attention_heads": 4},
                     "checkpoint": {"no_save": False}, "common": {"log_interval": 10}},
@@ -44,7 +46,7 @@ def run_cell(method, depth, lr, warmup, args):
     from fairseq_layernorm_plugins.recipes.launch import Launch, train
     from fairseq_layernorm_plugins.recipes.report import read_log_curves
 
-    recipe = cell_recipe(method, depth, lr, warmup, args.updates, args.width)
+    recipe = cell_recipe(method, depth, lr, warmup, args.updates, args.width, args.max_tokens)
     run_dir = Path(args.runs) / f"{method}.{depth}.lr{lr:g}.{'warmup' if warmup else 'nowarmup'}"
     launch = Launch(recipe, str(Path(args.data) / "bin"), str(run_dir / "checkpoints"), cpu_workers=1, seed=args.seed,
                     extra=["--no-epoch-checkpoints", "--validate-interval-updates", str(args.updates), "--no-progress-bar"])
@@ -53,19 +55,30 @@ def run_cell(method, depth, lr, warmup, args):
     try:
         train(launch, run_dir)
         curves = read_log_curves(run_dir / "train.log")
-        valid = curves["valid"][-1]["loss"] if curves["valid"] else float("nan")
+        valid = curves["valid"][-1]["nll_loss"] if curves["valid"] else float("nan")
         bleu = evaluate(run_dir, echo=lambda *a: None)["bleu"]["tokenized"]["score"]
     except RuntimeError as err:  # fairseq stops on NaN/inf losses ("Minimum loss scale", FloatingPointError)
         curves, valid, bleu = {"train": []}, float("nan"), 0.0
         cell["error"] = str(err).splitlines()[0]
-    vocabulary = sum(1 for _ in open(Path(args.data) / "bin" / "dict.en.txt")) + 4
-    diverged = not math.isfinite(valid) or valid > math.log2(vocabulary) - 1 / math.log(2)
-    cell.update(status="diverged" if diverged else "trained", valid_loss=valid, bleu=bleu, minutes=round((time.time() - start) / 60, 2),
+    status = "diverged" if not math.isfinite(valid) else "stalled" if valid >= unigram_bits(args.data) else "trained"
+    cell.update(status=status, valid_nll=valid, bleu=bleu, minutes=round((time.time() - start) / 60, 2),
                 train_loss=[p["loss"] for p in curves["train"]])
     return cell
 
 
-def render(cells, command, out):
+def unigram_bits(data):
+    """Entropy (bits per token, end of sentence included) of the training targets' unigram
+    distribution: the validation loss of a model that learned only word frequencies."""
+    counts = Counter()
+    lines = Path(data, "train.en").read_text(encoding="utf-8").splitlines()
+    for line in lines:
+        counts.update(line.split())
+    counts["</s>"] = len(lines)
+    total = sum(counts.values())
+    return -sum(n / total * math.log2(n / total) for n in counts.values())
+
+
+def render(cells, command, out, data):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -77,8 +90,9 @@ def render(cells, command, out):
     by = {(c["method"], c["depth"], c["lr"], c["warmup"]): c for c in cells}
     header = ["method"] + [f"{d} lr {lr:g} {'warm-up' if w else 'no warm-up'}" for d, lr, w in columns]
     lines = ["# CPU-scale stability grid", "", f"Command: `{command}`", "",
-             "Each cell: final validation loss (base 2, fairseq's) / tokenised BLEU on 200 test lines (greedy); "
-             "**diverged** = NaN/inf or no learning.", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+             "Each cell: final validation NLL (bits per token) / tokenised BLEU on 200 test "
+             f"lines (greedy). **diverged** = NaN/inf; **stalled** = not below the unigram entropy of the training targets "
+             f"({unigram_bits(data):.2f} bits).", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     grid = np.full((len(methods), len(columns)), np.nan)
     for i, method in enumerate(methods):
         row = [method]
@@ -87,8 +101,8 @@ def render(cells, command, out):
             if cell is None:
                 row.append("")
                 continue
-            grid[i, j] = cell["valid_loss"] if cell["status"] == "trained" else np.nan
-            row.append(("**diverged** " if cell["status"] == "diverged" else "") + f"{cell['valid_loss']:.2f} / {cell['bleu']:.2f}")
+            grid[i, j] = cell["valid_nll"] if cell["status"] != "diverged" else np.nan
+            row.append(("" if cell["status"] == "trained" else f"**{cell['status']}** ") + f"{cell['valid_nll']:.2f} / {cell['bleu']:.2f}")
         lines.append("| " + " | ".join(row) + " |")
     Path(f"{out}.md").write_text("\n".join(lines) + "\n")
     fig, ax = plt.subplots(figsize=(1.3 * len(columns) + 2, 0.5 * len(methods) + 2))
@@ -97,12 +111,12 @@ def render(cells, command, out):
         for j, key in enumerate(columns):
             cell = by.get((method, *key))
             if cell is not None:
-                ax.text(j, i, "X" if cell["status"] == "diverged" else f"{cell['valid_loss']:.2f}", ha="center", va="center",
-                        color="red" if cell["status"] == "diverged" else "white", fontsize=8)
+                ax.text(j, i, "X" if cell["status"] == "diverged" else f"{cell['valid_nll']:.2f}" + ("\nstalled" if cell["status"] == "stalled" else ""),
+                        ha="center", va="center", color="white" if cell["status"] == "trained" else "red", fontsize=7)
     ax.set_xticks(range(len(columns)), [f"{d}\nlr {lr:g}\n{'wu' if w else 'no wu'}" for d, lr, w in columns], fontsize=7)
     ax.set_yticks(range(len(methods)), methods)
-    fig.colorbar(image, label="final validation loss (X = diverged)")
-    ax.set_title("stability grid: final validation loss")
+    fig.colorbar(image, label="final validation NLL, bits (X = diverged)")
+    ax.set_title("stability grid: final validation NLL")
     fig.tight_layout()
     fig.savefig(f"{out}.png", dpi=110)
     plt.close(fig)
@@ -117,8 +131,9 @@ def main():
     parser.add_argument("--methods", nargs="+", default=list(METHODS))
     parser.add_argument("--depths", nargs="+", default=["6L-6L", "18L-18L"])
     parser.add_argument("--lrs", nargs="+", type=float, default=[1e-3, 2e-3])
-    parser.add_argument("--warmups", nargs="+", type=int, default=[0, 50], help="warm-up updates; 0 = none (default: 0 50)")
-    parser.add_argument("--updates", type=int, default=100)
+    parser.add_argument("--warmups", nargs="+", type=int, default=[0, 100], help="warm-up updates; 0 = none (default: 0 100)")
+    parser.add_argument("--updates", type=int, default=200)
+    parser.add_argument("--max-tokens", type=int, default=1024, help="tokens per update (default 1024)")
     parser.add_argument("--width", type=int, default=64)
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
@@ -136,11 +151,11 @@ def main():
     for n, key in enumerate(keys, 1):
         cell = done.get(key) or run_cell(*key, args)
         cells.append(cell)
-        print(f"[{n}/{len(keys)}] {key}: {cell['status']}, valid loss {cell['valid_loss']:.2f}, BLEU {cell['bleu']:.2f} "
+        print(f"[{n}/{len(keys)}] {key}: {cell['status']}, valid NLL {cell['valid_nll']:.2f}, BLEU {cell['bleu']:.2f} "
               f"({cell['minutes']} min)", flush=True)
         results.parent.mkdir(parents=True, exist_ok=True)
         results.write_text(json.dumps({"command": command, "cells": cells}, indent=1))
-    render(cells, command, args.out)
+    render(cells, command, args.out, args.data)
     print(f"wrote {args.out}.md, .png, .json")
 
 

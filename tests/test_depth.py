@@ -2,7 +2,6 @@
 warm-up; Post-LN of the same shape, on the same schedule, does not. ~4-5 minutes."""
 import json
 import sys
-from pathlib import Path
 
 from conftest import REPO
 

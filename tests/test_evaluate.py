@@ -3,11 +3,10 @@ the sacrebleu CLI, 2-process CPU data parallel, fairseq-hydra-train."""
 import json
 import os
 import subprocess
-import sys
 
 import pytest
 import torch
-from conftest import BIN, PLUGIN_DIR, TINY_MODEL, shared_data
+from conftest import BIN, PLUGIN_DIR, shared_data
 
 from fairseq_layernorm_plugins.prepare.iwslt14_mini import prepare as prepare_iwslt14_mini
 from fairseq_layernorm_plugins.prepare.textio import read_lines, write_lines

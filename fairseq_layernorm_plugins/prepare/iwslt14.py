@@ -20,6 +20,7 @@ import functools
 import logging
 from pathlib import Path
 
+from fairseq_layernorm_plugins.prepare.cli import add_common_args, run_cli
 from fairseq_layernorm_plugins.prepare.dataset import subsample, write_dataset
 from fairseq_layernorm_plugins.prepare.fetch import download, extract
 from fairseq_layernorm_plugins.prepare.moses import (
@@ -33,7 +34,7 @@ from fairseq_layernorm_plugins.prepare.moses import (
 from fairseq_layernorm_plugins.prepare.parallel import Compose, map_lines
 from fairseq_layernorm_plugins.prepare.steps import Steps
 from fairseq_layernorm_plugins.prepare.subwords import ApplyBPE, learn_joint_bpe
-from fairseq_layernorm_plugins.prepare.textio import DataError, read_lines, read_parallel, write_lines
+from fairseq_layernorm_plugins.prepare.textio import DataError, aligned, read_lines, read_parallel, write_lines
 
 logger = logging.getLogger(__name__)
 
@@ -46,11 +47,6 @@ VALID_EVERY = 23
 def raw_files():
     """The files of ``de-en.tgz`` the recipe reads (relative to its ``de-en/``)."""
     return [f"train.tags.de-en.{lang}" for lang in LANGS] + [f"{name}.de-en.{lang}.xml" for name in TEST_SETS for lang in LANGS]
-
-
-def aligned(name_a, a, name_b, b, what):
-    if len(a) != len(b):
-        raise DataError(f"{name_a} has {len(a)} {what} but {name_b} has {len(b)}: not aligned")
 
 
 def build_test_split(raw_dir, src, tgt, workers=1):
@@ -131,24 +127,6 @@ def prepare(out_dir, archive=None, raw_dir=None, download_dir="data/downloads", 
                           workers, extra_files=[bpe.path / "code"], summary=options, force=force)
     if not keep_work:
         steps.clean()
-    return stamp
-
-
-def add_common_args(parser):
-    parser.add_argument("--train-pairs", type=int, default=None, metavar="K", help="keep K training pairs, drawn deterministically by --seed (default: all)")
-    parser.add_argument("--seed", type=int, default=1, help="seed of --train-pairs (default: 1)")
-    parser.add_argument("--workers", type=int, default=2, help="processes for tokenisation, BPE and binarisation (default: 2)")
-    parser.add_argument("--force", action="store_true", help="redo every step even if its stamp is up to date")
-    parser.add_argument("--keep-work", action="store_true", help="keep OUT.work/ (intermediate steps) after success")
-
-
-def run_cli(parser, fn, **kwargs):
-    logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s", level=logging.INFO)
-    try:
-        stamp = fn(**kwargs)
-    except DataError as err:
-        parser.exit(2, f"error: {err}\n")
-    print(f"{kwargs['out_dir']}: " + ", ".join(f"{split} {n}" for split, n in stamp["sizes"].items()))
     return stamp
 
 

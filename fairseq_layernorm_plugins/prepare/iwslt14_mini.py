@@ -26,10 +26,10 @@ import json
 from pathlib import Path
 
 from fairseq_layernorm_plugins.prepare.dataset import subsample, write_dataset
-from fairseq_layernorm_plugins.prepare.iwslt14 import TEST_SETS, aligned
+from fairseq_layernorm_plugins.prepare.iwslt14 import TEST_SETS
 from fairseq_layernorm_plugins.prepare.moses import xml_segments
 from fairseq_layernorm_plugins.prepare.subwords import ApplyBPE, remove_bpe
-from fairseq_layernorm_plugins.prepare.textio import DataError, read_lines, read_parallel
+from fairseq_layernorm_plugins.prepare.textio import DataError, aligned, read_lines, read_parallel
 
 PREPARED = "fairseq_iwslt14.tokenized.de-en"
 ORIG = "orig_de-en"

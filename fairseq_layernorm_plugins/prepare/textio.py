@@ -37,6 +37,12 @@ def read_parallel(src_path, tgt_path):
     return list(zip(src, tgt))
 
 
+def aligned(name_a, a, name_b, b, what):
+    """Raise a DataError naming both files if ``a`` and ``b`` differ in length."""
+    if len(a) != len(b):
+        raise DataError(f"{name_a} has {len(a)} {what} but {name_b} has {len(b)}: not aligned")
+
+
 def write_lines(path, lines):
     with open(path, "w", encoding="utf-8") as f:
         f.writelines(line + "\n" for line in lines)

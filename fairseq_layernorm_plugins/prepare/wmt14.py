@@ -24,14 +24,14 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fairseq_layernorm_plugins.prepare.cli import add_common_args, run_cli
 from fairseq_layernorm_plugins.prepare.dataset import subsample, write_dataset
 from fairseq_layernorm_plugins.prepare.fetch import download, extract
-from fairseq_layernorm_plugins.prepare.iwslt14 import add_common_args, aligned, run_cli
 from fairseq_layernorm_plugins.prepare.moses import CleanCorpus, NormalizePunctuation, Tokenize, straight_apostrophe, xml_segments
 from fairseq_layernorm_plugins.prepare.parallel import Compose, map_lines
 from fairseq_layernorm_plugins.prepare.steps import Steps
 from fairseq_layernorm_plugins.prepare.subwords import ApplyBPE, ApplySentencePiece, learn_joint_bpe, learn_sentencepiece
-from fairseq_layernorm_plugins.prepare.textio import DataError, read_lines, read_parallel, write_lines
+from fairseq_layernorm_plugins.prepare.textio import DataError, aligned, read_lines, read_parallel, write_lines
 
 logger = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from sacremoses import MosesDetokenizer
 
-from fairseq_layernorm_plugins.prepare.iwslt14 import run_cli
+from fairseq_layernorm_plugins.prepare.cli import run_cli
 from fairseq_layernorm_plugins.prepare.parallel import map_lines
 from fairseq_layernorm_plugins.prepare.steps import Steps
 from fairseq_layernorm_plugins.prepare.textio import read_lines, write_lines

@@ -12,7 +12,7 @@ import json
 import math
 import shlex
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from fairseq_layernorm_plugins.recipes.config import fairseq_flags

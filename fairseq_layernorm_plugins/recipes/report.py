@@ -89,7 +89,7 @@ def render(rows, table):
 
 
 def read_log_curves(log_path):
-    """{"train": [{"epoch", "update", "loss"}], "valid": [{"epoch", "update", "loss", "bleu"}]}
+    """{"train": [{"epoch", "update", "loss"}], "valid": [{"epoch", "update", "loss", "nll_loss", "bleu"}]}
     from a fairseq json log; "epoch" is fractional (fairseq's progress within the epoch),
     so validations every N updates fall where they happened."""
     curves = {"train": [], "valid": []}
@@ -105,7 +105,8 @@ def read_log_curves(log_path):
             update = int(record.get("valid_num_updates", 0))
             bleu = record.get("valid_bleu")
             curves["valid"].append({"epoch": epoch_at.get(update, float(record["epoch"])), "update": update,
-                                    "loss": float(record["valid_loss"]), "bleu": None if bleu is None else float(bleu)})
+                                    "loss": float(record["valid_loss"]), "nll_loss": float(record.get("valid_nll_loss", "nan")),
+                                    "bleu": None if bleu is None else float(bleu)})
     return curves
 
 
