@@ -2,19 +2,18 @@
 """Training throughput of each method relative to fairseq's own ``transformer`` of the
 same shape, measured in one process run with interleaved repetitions:
 
-    python benchmarks/throughput.py [--data data/iwslt14-mini/bin] [--layers 6] [--dim 256] [--reps 7]
+    python benchmarks/throughput.py [--data data/iwslt14-mini/bin] [--layers 6] [--dim 256] [--reps 15]
 
 One step = forward + backward + Adam step on the same fixed batches for every arch;
 target words per second per step; per repetition the archs run in rotated order and each
 ratio is taken against the baseline's step in the same repetition; the median ratio and
 its spread (min-max) are printed, one line per arch, with the issue's target. Also the
-peak-memory ratio (CUDA: max allocated; CPU: growth of the peak RSS of a fresh process
-per arch) and
+peak-memory ratio (CUDA: max allocated; CPU: peak RSS above the RSS before the model
+was built, in a fresh process per arch) and
 Admin's profiling time in updates. CPU by default; ``--device cuda --precision bf16``
 (or fp16) on a GPU.
 """
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -79,18 +78,41 @@ class Bench:
             torch.cuda.synchronize()
 
 
+def rss_bytes():
+    """This process's resident memory now (Linux /proc)."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def measure_peak(args):
+    """Run in a fresh process: peak memory of building ``args.archs[0]`` and two steps, in
+    bytes (CUDA: max allocated; CPU: peak RSS above the RSS before the model was built,
+    sampled every millisecond)."""
+    import threading
+
+    base, peak, running = rss_bytes(), [0], [True]
+
+    def sample():
+        while running[0]:
+            peak[0] = max(peak[0], rss_bytes())
+            time.sleep(0.001)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    bench = Bench(args, args.archs[0])
+    bench.step()
+    bench.step()
+    running[0] = False
+    sampler.join()
+    return torch.cuda.max_memory_allocated() if args.device == "cuda" else peak[0] - base
+
+
 def peak_memory(args, arch):
-    """Peak memory of two training steps of ``arch`` in a fresh process, in bytes: CUDA's
-    max allocated, or on CPU the growth of the peak RSS over the process before the model
-    was built."""
-    code = ("import sys, json, resource, torch; sys.argv = json.loads(sys.argv[1]); sys.path.insert(0, %r);"
-            "import throughput as t, fairseq_layernorm_plugins; rss = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024;"
-            "a = t.parse(sys.argv); base = rss(); b = t.Bench(a, a.archs[0]); b.step(); b.step();"
-            "print(torch.cuda.max_memory_allocated() if a.device == 'cuda' else rss() - base)"
-            % str(Path(__file__).parent))
-    argv = ["throughput.py", "--data", args.data, "--layers", str(args.layers), "--dim", str(args.dim), "--batches", str(args.batches),
-            "--max-tokens", str(args.max_tokens), "--device", args.device, "--precision", args.precision, "--archs", arch]
-    out = subprocess.run([sys.executable, "-c", code, json.dumps(argv)], capture_output=True, text=True, check=True).stdout
+    """:func:`measure_peak` for ``arch`` in a fresh process."""
+    argv = [sys.executable, __file__, "--measure-peak", "--data", args.data, "--layers", str(args.layers), "--dim", str(args.dim),
+            "--batches", str(args.batches), "--max-tokens", str(args.max_tokens), "--device", args.device, "--precision", args.precision,
+            "--archs", arch]
+    out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
     return int(out.strip().splitlines()[-1])
 
 
@@ -103,16 +125,20 @@ def parse(argv):
     parser.add_argument("--dim", type=int, default=256)
     parser.add_argument("--max-tokens", type=int, default=2048)
     parser.add_argument("--batches", type=int, default=2, help="batches per step (default 2)")
-    parser.add_argument("--reps", type=int, default=7)
+    parser.add_argument("--reps", type=int, default=15, help="interleaved repetitions (default 15; 7 left medians +-3%% noisy on 2 cores)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps per arch first")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--precision", choices=("fp32", "fp16", "bf16"), default="fp32")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory processes")
+    parser.add_argument("--measure-peak", action="store_true", help=argparse.SUPPRESS)
     return parser.parse_args(argv[1:])
 
 
 def main():
     args = parse(sys.argv)
+    if args.measure_peak:
+        print(measure_peak(args))
+        return
     torch.set_num_threads(os.cpu_count())
     benches = {arch: Bench(args, arch) for arch in [BASELINE, *args.archs]}
     for bench in benches.values():

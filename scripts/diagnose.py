@@ -46,8 +46,11 @@ def measure(data_bin, archs, depths, model_args, sentences, seed, lr):
 
 
 def plot(results, out):
+    import logging
+
     import matplotlib
 
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq's root logger would show its font search
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -6,7 +6,7 @@ depth x peak lr x warm-up on/off, a fixed update budget each, on IWSLT14-mini.
 
 Each cell trains the method's IWSLT14-mini recipe (configs/iwslt14_mini/) at the cell's
 depth and width with Adam (0.9, 0.98) and either inverse-sqrt warm-up (``--warmups``
-updates) or none (constant lr), then decodes 200 test lines greedily. A cell is
+updates) or none (constant lr), then decodes ``--test-lines`` test lines greedily. A cell is
 "diverged" when the loss became NaN/inf, "stalled" when the final validation NLL is not
 below the unigram entropy of the training targets (the model learned word frequencies
 at most), otherwise "trained". Writes OUT.json (per cell: status, final validation NLL, BLEU), OUT.md
@@ -30,7 +30,8 @@ def cell_recipe(method, depth, lr, warmup, updates, width, max_tokens):
     recipe = load_recipe(f"iwslt14_mini/{method}")
     schedule = ({"_name": "inverse_sqrt", "warmup_updates": warmup, "warmup_init_lr": 1e-7} if warmup else {"_name": "fixed"})
     data = merge(recipe.data, {
-        "depths": {depth: {}}, "generate": {"beam": 1, "average_last": 1}, "tokens_per_update": max_tokens,
+        "depths": {depth: {}}, "tokens_per_update": max_tokens,
+        "generate": {"beam": 1, "average_last": 1, "extra": ["--max-len-a", "1.5", "--max-len-b", "10"]},
         "fairseq": {"optimizer": {"_name": "adam", "adam_betas": "(0.9, 0.98)"}, "lr_scheduler": schedule,
                     "optimization": {"lr": [lr], "max_update": updates},
                     "dataset": {"max_tokens": max_tokens},
@@ -78,7 +79,7 @@ def unigram_bits(data):
     return -sum(n / total * math.log2(n / total) for n in counts.values())
 
 
-def render(cells, command, out, data):
+def render(cells, commands, out, data):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -89,9 +90,9 @@ def render(cells, command, out, data):
     methods = list(dict.fromkeys(c["method"] for c in cells))
     by = {(c["method"], c["depth"], c["lr"], c["warmup"]): c for c in cells}
     header = ["method"] + [f"{d} lr {lr:g} {'warm-up' if w else 'no warm-up'}" for d, lr, w in columns]
-    lines = ["# CPU-scale stability grid", "", f"Command: `{command}`", "",
-             "Each cell: final validation NLL (bits per token) / tokenised BLEU on 200 test "
-             f"lines (greedy). **diverged** = NaN/inf; **stalled** = not below the unigram entropy of the training targets "
+    lines = ["# CPU-scale stability grid", "", "Made by:", "", *[f"    {c}" for c in commands], "",
+             "Each cell: final validation NLL (bits per token) / tokenised BLEU on the test lines "
+             f"(greedy). **diverged** = NaN/inf; **stalled** = not below the unigram entropy of the training targets "
              f"({unigram_bits(data):.2f} bits).", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     grid = np.full((len(methods), len(columns)), np.nan)
     for i, method in enumerate(methods):
@@ -135,27 +136,31 @@ def main():
     parser.add_argument("--updates", type=int, default=200)
     parser.add_argument("--max-tokens", type=int, default=1024, help="tokens per update (default 1024)")
     parser.add_argument("--width", type=int, default=64)
+    parser.add_argument("--test-lines", type=int, default=100, help="evenly spaced test lines decoded per cell (default 100)")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
 
     from fairseq_layernorm_plugins.prepare.iwslt14_mini import prepare
 
-    prepare(args.iwslt_dir, args.data, test_lines=200)
-    done = {}
+    prepare(args.iwslt_dir, args.data, test_lines=args.test_lines)
     results = Path(f"{args.out}.json")
-    if results.exists():  # resume: keep finished cells
+    done = {}  # every cell run so far, by key: later invocations add to the same grid
+    if results.exists():
         done = {(c["method"], c["depth"], c["lr"], c["warmup"]): c for c in json.loads(results.read_text())["cells"]}
+    commands = json.loads(results.read_text())["commands"] if results.exists() else []
     command = "python scripts/stability_grid.py " + " ".join(sys.argv[1:])
-    cells = []
+    commands = commands + [command] if command not in commands else commands
     keys = [(m, d, lr, w) for d in args.depths for w in args.warmups for lr in args.lrs for m in args.methods]
     for n, key in enumerate(keys, 1):
-        cell = done.get(key) or run_cell(*key, args)
-        cells.append(cell)
+        if key not in done:
+            done[key] = run_cell(*key, args)
+        cell = done[key]
         print(f"[{n}/{len(keys)}] {key}: {cell['status']}, valid NLL {cell['valid_nll']:.2f}, BLEU {cell['bleu']:.2f} "
               f"({cell['minutes']} min)", flush=True)
         results.parent.mkdir(parents=True, exist_ok=True)
-        results.write_text(json.dumps({"command": command, "cells": cells}, indent=1))
-    render(cells, command, args.out, args.data)
+        results.write_text(json.dumps({"commands": commands, "cells": list(done.values())}, indent=1))
+    cells = list(done.values())
+    render(cells, commands, args.out, args.data)
     print(f"wrote {args.out}.md, .png, .json")
 
 

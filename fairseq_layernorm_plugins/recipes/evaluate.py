@@ -110,7 +110,7 @@ def evaluate(run_dir, average_last=None, kind="epoch", subset="test", max_tokens
     cpu = (not torch.cuda.is_available()) if cpu is None else cpu
     cmd = [BIN / "fairseq-generate", data_bin, "--user-dir", PLUGIN_DIR, "--path", checkpoint, "--gen-subset", subset,
            "--beam", gen.get("beam", 5), "--lenpen", gen.get("lenpen", 1.0), "--max-tokens", max_tokens,
-           "--remove-bpe", "sentencepiece" if spm else "subword_nmt", *(["--cpu"] if cpu else [])]
+           "--remove-bpe", "sentencepiece" if spm else "subword_nmt", *(["--cpu"] if cpu else []), *gen.get("extra", [])]
     log = run_dir / f"generate-{subset}.log"
     log.unlink(missing_ok=True)
     run_logged(cmd, log, f"{run['recipe']} generate", echo=lambda line: "Generate " in line)

@@ -11,6 +11,7 @@ import argparse
 import csv
 import io
 import json
+import logging
 import statistics
 from collections import defaultdict
 from pathlib import Path
@@ -115,6 +116,7 @@ def plot_curves(run_dirs, output, title=""):
     per (fractional) epoch; one line per run."""
     import matplotlib
 
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq's root logger would show its font search
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
