@@ -105,7 +105,9 @@ def render(cells, commands, out, data):
             grid[i, j] = cell["valid_nll"] if cell["status"] != "diverged" else np.nan
             row.append(("" if cell["status"] == "trained" else f"**{cell['status']}** ") + f"{cell['valid_nll']:.2f} / {cell['bleu']:.2f}")
         lines.append("| " + " | ".join(row) + " |")
-    Path(f"{out}.md").write_text("\n".join(lines) + "\n")
+    previous = Path(f"{out}.md").read_text() if Path(f"{out}.md").exists() else ""
+    findings = previous[previous.index("\n## Findings"):] if "\n## Findings" in previous else ""  # hand-written, kept
+    Path(f"{out}.md").write_text("\n".join(lines) + "\n" + findings)
     fig, ax = plt.subplots(figsize=(1.3 * len(columns) + 2, 0.5 * len(methods) + 2))
     image = ax.imshow(grid, cmap="viridis_r", aspect="auto")
     for i, method in enumerate(methods):
