@@ -40,7 +40,7 @@ def main():
     from fairseq_layernorm_plugins.prepare.textio import DataError
     from fairseq_layernorm_plugins.recipes.config import load_recipe
     from fairseq_layernorm_plugins.recipes.evaluate import evaluate
-    from fairseq_layernorm_plugins.recipes.launch import Launch, train
+    from fairseq_layernorm_plugins.recipes.launch import Launch, data_bin, run_dir, train
     from fairseq_layernorm_plugins.recipes.report import main as make_table
 
     start = time.time()
@@ -52,13 +52,13 @@ def main():
     validate_every = max(1, args.max_update // 4)
     for method in methods:
         recipe = load_recipe(f"iwslt14_mini/{method}").with_depth()
-        run_dir = Path(args.runs) / recipe.name.split("@")[0] / f"{recipe.data['depth']}.seed{args.seed}"
-        launch = Launch(recipe, str(Path(args.data) / "bin"), str(run_dir / "checkpoints"), cpu_workers=1, seed=args.seed,
+        run = run_dir(args.runs, recipe, args.seed)
+        launch = Launch(recipe, str(data_bin(args.data, recipe, REPO)), str(run / "checkpoints"), cpu_workers=1, seed=args.seed,
                         extra=["--max-update", str(args.max_update), "--validate-interval-updates", str(validate_every),
                                "--no-progress-bar"])
         t0 = time.time()
-        train(launch, run_dir)
-        evaluate(run_dir)
+        train(launch, run)
+        evaluate(run)
         print(f"[{method}] done in {(time.time() - t0) / 60:.1f} min", flush=True)
     make_table([args.runs, "--table", "iwslt14_mini", "--out", str(Path(args.runs) / "report")])
     print(f"(total {(time.time() - start) / 60:.1f} min)")

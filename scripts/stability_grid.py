@@ -44,12 +44,12 @@ def cell_recipe(method, depth, lr, warmup, updates, width, max_tokens):
 
 def run_cell(method, depth, lr, warmup, args):
     from fairseq_layernorm_plugins.recipes.evaluate import evaluate
-    from fairseq_layernorm_plugins.recipes.launch import Launch, train
+    from fairseq_layernorm_plugins.recipes.launch import Launch, data_bin, train
     from fairseq_layernorm_plugins.recipes.report import read_log_curves
 
     recipe = cell_recipe(method, depth, lr, warmup, args.updates, args.width, args.max_tokens)
     run_dir = Path(args.runs) / f"{method}.{depth}.lr{lr:g}.{'warmup' if warmup else 'nowarmup'}"
-    launch = Launch(recipe, str(Path(args.data) / "bin"), str(run_dir / "checkpoints"), cpu_workers=1, seed=args.seed,
+    launch = Launch(recipe, str(data_bin(args.data, recipe, REPO)), str(run_dir / "checkpoints"), cpu_workers=1, seed=args.seed,
                     extra=["--no-epoch-checkpoints", "--validate-interval-updates", str(args.updates), "--no-progress-bar"])
     cell = {"method": method, "depth": depth, "lr": lr, "warmup": warmup}
     start = time.time()

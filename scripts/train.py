@@ -18,13 +18,9 @@ import sys
 from pathlib import Path
 
 from fairseq_layernorm_plugins.recipes.config import RecipeError, list_recipes, load_recipe
-from fairseq_layernorm_plugins.recipes.launch import PRECISIONS, Launch, train
+from fairseq_layernorm_plugins.recipes.launch import PRECISIONS, Launch, data_bin, run_dir, train
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def run_dir_for(runs, recipe, seed):
-    return Path(runs) / recipe.name.split("@")[0] / f"{recipe.data.get('depth', 'default')}.seed{seed}"
 
 
 def add_launch_args(parser):
@@ -40,13 +36,10 @@ def add_launch_args(parser):
 
 def make_launch(args, recipe_name, extra=(), nodes=1):
     recipe = load_recipe(recipe_name).with_depth(args.depth)
-    data = Path(args.data or REPO / recipe.data["data"])
-    if (data / "bin").is_dir():
-        data = data / "bin"
-    run_dir = run_dir_for(args.runs, recipe, args.seed)
-    launch = Launch(recipe, str(data), str(run_dir / "checkpoints"), gpus=args.gpus, nodes=nodes, cpu_workers=args.cpu_workers,
+    run = run_dir(args.runs, recipe, args.seed)
+    launch = Launch(recipe, str(data_bin(args.data, recipe, REPO)), str(run / "checkpoints"), gpus=args.gpus, nodes=nodes, cpu_workers=args.cpu_workers,
                     precision=args.precision, seed=args.seed, master_port=args.master_port, extra=list(extra))
-    return launch, run_dir
+    return launch, run
 
 
 def main(argv=None):
@@ -63,7 +56,7 @@ def main(argv=None):
                         "(then: fairseq-hydra-train --config-dir DIR --config-name FILE)")
     args = parser.parse_args(argv)
     try:
-        launch, run_dir = make_launch(args, args.recipe, extra)
+        launch, run = make_launch(args, args.recipe, extra)
     except (RecipeError, ValueError) as err:
         parser.exit(2, f"error: {err}\n")
     if args.hydra_config:
@@ -75,7 +68,7 @@ def main(argv=None):
         print(shlex.join(launch.command()))
         return launch
     try:
-        train(launch, run_dir)
+        train(launch, run)
     except RuntimeError as err:
         sys.exit(str(err))
     return launch

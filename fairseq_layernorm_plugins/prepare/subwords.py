@@ -1,6 +1,5 @@
 """Joint subword segmentation: BPE with subword-nmt (the recipes' choice) or a
 SentencePiece model (an option for WMT)."""
-import io
 import logging
 from pathlib import Path
 
@@ -10,13 +9,13 @@ from subword_nmt.learn_bpe import learn_bpe
 logger = logging.getLogger(__name__)
 
 
-def learn_joint_bpe(texts, codes_path, merges, workers=1):
+def learn_joint_bpe(texts, codes_path, merges):
     """``learn_bpe.py -s MERGES < cat(texts) > codes``; ``texts`` are lists of lines
-    (the source side first, then the target side, as the recipes concatenate them)."""
+    (the source side first, then the target side, as the recipes concatenate them),
+    streamed to subword-nmt without joining them into one string."""
     logger.info("learning %d BPE merges on %d lines", merges, sum(map(len, texts)))
-    corpus = io.StringIO("".join(line + "\n" for lines in texts for line in lines))
     with open(codes_path, "w", encoding="utf-8") as codes:
-        learn_bpe(corpus, codes, merges, num_workers=workers)
+        learn_bpe((line + "\n" for lines in texts for line in lines), codes, merges)
 
 
 class ApplyBPE:

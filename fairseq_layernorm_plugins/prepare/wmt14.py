@@ -31,7 +31,7 @@ from fairseq_layernorm_plugins.prepare.moses import CleanCorpus, NormalizePunctu
 from fairseq_layernorm_plugins.prepare.parallel import Compose, map_lines
 from fairseq_layernorm_plugins.prepare.steps import Steps
 from fairseq_layernorm_plugins.prepare.subwords import ApplyBPE, ApplySentencePiece, learn_joint_bpe, learn_sentencepiece
-from fairseq_layernorm_plugins.prepare.textio import DataError, aligned, read_lines, read_parallel, write_lines
+from fairseq_layernorm_plugins.prepare.textio import aligned, read_lines, read_parallel, write_lines
 
 logger = logging.getLogger(__name__)
 
@@ -74,17 +74,13 @@ def read_split(pairs, src, tgt):
 
 
 def standard_sources(steps, src, tgt, archive_dir=None, download_dir="data/downloads"):
-    """Unpack (downloading if needed) the five statmt.org archives; return their Sources
-    and the steps that key them."""
-    archive_dir = Path(archive_dir or download_dir)
+    """Unpack the five statmt.org archives from ``archive_dir`` (each must be there) or,
+    without it, downloaded into ``download_dir``; return their Sources and the steps
+    that key them."""
     sources, done = Sources(), []
 
     def unpack(name, url, members):
-        archive = archive_dir / name
-        if not archive.exists():
-            if archive_dir != Path(download_dir) and archive_dir.exists():
-                raise DataError(f"{archive}: archive not found")
-            download(url, archive)
+        archive = Path(archive_dir) / name if archive_dir else download(url, Path(download_dir) / name)
         step = steps.run(f"unpack.{name}", lambda tmp: extract(archive, tmp, members), inputs=[archive])
         done.append(step)
         return step.path

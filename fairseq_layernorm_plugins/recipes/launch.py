@@ -11,6 +11,7 @@ import copy
 import json
 import math
 import shlex
+import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +21,18 @@ from fairseq_layernorm_plugins.recipes.config import fairseq_flags
 PLUGIN_DIR = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 PRECISIONS = ("fp32", "fp16", "bf16")
+
+
+def run_dir(runs, recipe, seed):
+    """Where a run of ``recipe`` (at its depth) with ``seed`` lives: RUNS/<recipe>/<depth>.seed<S>."""
+    return Path(runs) / recipe.name.split("@")[0] / f"{recipe.data.get('depth', 'default')}.seed{seed}"
+
+
+def data_bin(data, recipe, root):
+    """The data-bin to train on: ``data`` (default: the recipe's ``data`` under ``root``),
+    or its ``bin/`` when it is a prepared data directory."""
+    data = Path(data or Path(root) / recipe.data["data"])
+    return data / "bin" if (data / "bin").is_dir() else data
 
 
 def batch_plan(tokens_per_update, max_tokens, workers):
@@ -135,8 +148,6 @@ def write_record(run_dir, launch):
 def run_logged(cmd, log_path, label, echo=lambda line: True, env=None):
     """Run ``cmd``, appending its output to ``log_path`` and echoing the lines ``echo``
     selects (progress); raise with the log's tail if it fails."""
-    import subprocess
-
     print(f"[{label}] $ {shlex.join(map(str, cmd))}", flush=True)
     with open(log_path, "a") as log, subprocess.Popen(list(map(str, cmd)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                                         text=True, env=env) as proc:

@@ -15,6 +15,7 @@ import logging
 import statistics
 from collections import defaultdict
 from pathlib import Path
+from typing import NamedTuple, Optional
 
 
 def collect(paths):
@@ -30,8 +31,21 @@ def _number(value):
     return f"{value:.2f}" if isinstance(value, (int, float)) else (value or "")
 
 
+class Row(NamedTuple):
+    """One cell of a table: a method at a depth, over its seeds."""
+
+    method: str
+    depth: str
+    mean: float
+    std: Optional[float]
+    seeds: int
+    paper_bleu: object  # a number, "failed", or None
+    label: str  # what our number is (the metric's label)
+    paper: dict  # the recipe's paper section
+
+
 def table_rows(results, table):
-    """[(method, depth, ours_mean, ours_std, seeds, paper, metric_label)] for recipes in ``table``."""
+    """A Row per (method, depth) of the recipes in ``table``, our metric the paper's ``compare``."""
     cells = defaultdict(list)
     meta = {}
     for r in results:
@@ -46,7 +60,7 @@ def table_rows(results, table):
     for (recipe, depth), scores in sorted(cells.items(), key=lambda kv: (kv[0][0], _depth_key(kv[0][1]))):
         paper_bleu, label, paper = meta[recipe, depth]
         std = statistics.stdev(scores) if len(scores) > 1 else None
-        rows.append((recipe.rsplit("/", 1)[1], depth, statistics.mean(scores), std, len(scores), paper_bleu, label, paper))
+        rows.append(Row(recipe.rsplit("/", 1)[1], depth, statistics.mean(scores), std, len(scores), paper_bleu, label, paper))
     return rows
 
 
@@ -59,16 +73,16 @@ def _depth_key(depth):
 
 def render(rows, table):
     """(markdown, csv) of the table: rows methods, per depth ours / paper / difference."""
-    depths = sorted({r[1] for r in rows}, key=_depth_key)
-    methods = list(dict.fromkeys(r[0] for r in rows))
-    by = {(r[0], r[1]): r for r in rows}
-    papers = [r[7] for r in rows if r[7]]
+    depths = sorted({r.depth for r in rows}, key=_depth_key)
+    methods = list(dict.fromkeys(r.method for r in rows))
+    by = {(r.method, r.depth): r for r in rows}
+    papers = [r.paper for r in rows if r.paper]
     header = ["method"] + [f"{d} {col}" for d in depths for col in ("ours", "paper", "diff")]
     lines = [f"### {table}", ""]
     if papers:
         approx = " (approximate, read off a plot)" if any(p.get("approximate") for p in papers) else ""
         lines += [f"paper: {papers[0].get('source', '')}; {papers[0].get('metric', '')}{approx}", ""]
-    lines += [f"ours: {rows[0][6]}; mean +- std over seeds (n)", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += [f"ours: {rows[0].label}; mean +- std over seeds (n)", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     out = io.StringIO()
     writer = csv.writer(out)
     writer.writerow(["method", "depth", "ours_mean", "ours_std", "seeds", "paper", "diff"])
@@ -79,11 +93,11 @@ def render(rows, table):
             if row is None:
                 cells += ["", "", ""]
                 continue
-            _, _, mean, std, n, paper, _, _ = row
-            diff = mean - paper if isinstance(paper, (int, float)) else None
-            cells += [f"{mean:.2f}" + (f" +- {std:.2f}" if std is not None else "") + f" ({n})", _number(paper),
+            paper = row.paper_bleu
+            diff = row.mean - paper if isinstance(paper, (int, float)) else None
+            cells += [f"{row.mean:.2f}" + (f" +- {row.std:.2f}" if row.std is not None else "") + f" ({row.seeds})", _number(paper),
                       f"{diff:+.2f}" if diff is not None else ""]
-            writer.writerow([method, depth, f"{mean:.2f}", "" if std is None else f"{std:.2f}", n, _number(paper),
+            writer.writerow([method, depth, f"{row.mean:.2f}", "" if row.std is None else f"{row.std:.2f}", row.seeds, _number(paper),
                              "" if diff is None else f"{diff:+.2f}"])
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n", out.getvalue()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from fairseq_layernorm_plugins.recipes.config import CONFIG_DIR, load_recipe
 from fairseq_layernorm_plugins.recipes.evaluate import evaluate
-from fairseq_layernorm_plugins.recipes.launch import Launch, train
+from fairseq_layernorm_plugins.recipes.launch import Launch, data_bin, run_dir, train
 
 
 @dataclass
@@ -36,15 +36,12 @@ class GridRun:
 
     def launch(self, slurm=False):
         recipe = load_recipe(self.recipe, Path(self.config_dir)).with_depth(self.depth)
-        data = Path(self.data or Path(self.config_dir).parent / recipe.data["data"])
-        data = data / "bin" if (data / "bin").is_dir() else data
-        return Launch(recipe, str(data), str(self.run_dir(recipe) / "checkpoints"), gpus=self.gpus, nodes=self.nodes,
+        return Launch(recipe, str(data_bin(self.data, recipe, Path(self.config_dir).parent)), str(self.run_dir(recipe) / "checkpoints"), gpus=self.gpus, nodes=self.nodes,
                       cpu_workers=self.cpu_workers, precision=self.precision, seed=self.seed, slurm=slurm,
                       master_port=self.master_port, extra=list(self.extra))
 
     def run_dir(self, recipe=None):
-        recipe = recipe or load_recipe(self.recipe, Path(self.config_dir)).with_depth(self.depth)
-        return Path(self.runs) / recipe.name.split("@")[0] / f"{recipe.data.get('depth', 'default')}.seed{self.seed}"
+        return run_dir(self.runs, recipe or load_recipe(self.recipe, Path(self.config_dir)).with_depth(self.depth), self.seed)
 
     def __call__(self):
         slurm = "SLURM_JOB_ID" in os.environ and self.gpus * self.nodes > 1
