@@ -2,7 +2,8 @@
 """CPU-scale stability grid (Admin Fig. 10 / Table 2, B2T Table 1, scaled down): methods x
 depth x peak lr x warm-up on/off, a fixed update budget each, on IWSLT14-mini.
 
-    python scripts/stability_grid.py --out docs/stability_grid
+    python scripts/stability_grid.py --jobs 2
+
 
 Each cell trains the method's IWSLT14-mini recipe (configs/iwslt14_mini/) at the cell's
 depth and width with Adam (0.9, 0.98) and either inverse-sqrt warm-up (``--warmups``
@@ -11,17 +12,27 @@ updates) or none (constant lr), then decodes ``--test-lines`` test lines greedil
 below the unigram entropy of the training targets (the model learned word frequencies
 at most), otherwise "trained". Writes OUT.json (per cell: status, final validation NLL, BLEU), OUT.md
 (table + the command) and OUT.png (heat map of the final validation NLL).
+
+Resumable: cells already in OUT.json are kept, so further invocations add cells to the same
+grid; OUT.json records the budget (updates, tokens, width, seed, test lines) and a run with
+another budget is refused. ``--jobs N`` trains N cells at once with cores / N threads each
+(two single-thread cells on 2 cores take as long per cell as one two-thread cell).
 """
 import argparse
 import json
+import logging
 import math
+import os
+import shutil
 import sys
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 METHODS = ("postln", "preln", "admin", "tfixup", "b2t", "deepnet")
+BUDGET = ("updates", "max_tokens", "width", "seed", "test_lines")  # what makes two grids' cells comparable
 
 
 def cell_recipe(method, depth, lr, warmup, updates, width, max_tokens):
@@ -52,6 +63,7 @@ def run_cell(method, depth, lr, warmup, args):
     launch = Launch(recipe, str(data_bin(args.data, recipe, REPO)), str(run_dir / "checkpoints"), cpu_workers=1, seed=args.seed,
                     extra=["--no-epoch-checkpoints", "--validate-interval-updates", str(args.updates), "--no-progress-bar"])
     cell = {"method": method, "depth": depth, "lr": lr, "warmup": warmup}
+    shutil.rmtree(run_dir, ignore_errors=True)  # a cell not in OUT.json was interrupted: start it afresh
     start = time.time()
     try:
         train(launch, run_dir)
@@ -83,11 +95,12 @@ def render(cells, commands, out, data):
     import matplotlib
 
     matplotlib.use("Agg")
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq's logging config lets its DEBUG through
     import matplotlib.pyplot as plt
     import numpy as np
 
     columns = sorted({(c["depth"], c["lr"], c["warmup"]) for c in cells}, key=lambda k: (int(k[0].split("L")[0]), k[2] == 0, k[1]))
-    methods = list(dict.fromkeys(c["method"] for c in cells))
+    methods = sorted({c["method"] for c in cells}, key=lambda m: METHODS.index(m) if m in METHODS else len(METHODS))
     by = {(c["method"], c["depth"], c["lr"], c["warmup"]): c for c in cells}
     header = ["method"] + [f"{d} lr {lr:g} {'warm-up' if w else 'no warm-up'}" for d, lr, w in columns]
     lines = ["# CPU-scale stability grid", "", "Made by:", "", *[f"    {c}" for c in commands], "",
@@ -134,36 +147,44 @@ def main():
     parser.add_argument("--methods", nargs="+", default=list(METHODS))
     parser.add_argument("--depths", nargs="+", default=["6L-6L", "18L-18L"])
     parser.add_argument("--lrs", nargs="+", type=float, default=[1e-3, 2e-3])
-    parser.add_argument("--warmups", nargs="+", type=int, default=[0, 100], help="warm-up updates; 0 = none (default: 0 100)")
-    parser.add_argument("--updates", type=int, default=200)
+    parser.add_argument("--warmups", nargs="+", type=int, default=[0, 60], help="warm-up updates; 0 = none (default: 0 60)")
+    parser.add_argument("--updates", type=int, default=300, help="updates per cell (default 300)")
     parser.add_argument("--max-tokens", type=int, default=1024, help="tokens per update (default 1024)")
     parser.add_argument("--width", type=int, default=64)
     parser.add_argument("--test-lines", type=int, default=100, help="evenly spaced test lines decoded per cell (default 100)")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--jobs", type=int, default=1, help="cells trained at once, each with cores / JOBS threads (default 1)")
     args = parser.parse_args()
 
     from fairseq_layernorm_plugins.prepare.iwslt14_mini import prepare
 
     prepare(args.iwslt_dir, args.data, test_lines=args.test_lines)
     results = Path(f"{args.out}.json")
-    done = {}  # every cell run so far, by key: later invocations add to the same grid
-    if results.exists():
-        done = {(c["method"], c["depth"], c["lr"], c["warmup"]): c for c in json.loads(results.read_text())["cells"]}
-    commands = json.loads(results.read_text())["commands"] if results.exists() else []
+    budget = {name: getattr(args, name) for name in BUDGET}
+    previous = json.loads(results.read_text()) if results.exists() else {"commands": [], "budget": budget, "cells": []}
+    if previous.get("budget") != budget:
+        sys.exit(f"error: {results} holds cells made with {previous.get('budget')}, not {budget}; use another --out or remove it")
+    done = {(c["method"], c["depth"], c["lr"], c["warmup"]): c for c in previous["cells"]}
     command = "python scripts/stability_grid.py " + " ".join(sys.argv[1:])
-    commands = commands + [command] if command not in commands else commands
+    commands = previous["commands"] + [command] if command not in previous["commands"] else previous["commands"]
     keys = [(m, d, lr, w) for d in args.depths for w in args.warmups for lr in args.lrs for m in args.methods]
-    for n, key in enumerate(keys, 1):
-        if key not in done:
-            done[key] = run_cell(*key, args)
-        cell = done[key]
-        print(f"[{n}/{len(keys)}] {key}: {cell['status']}, valid NLL {cell['valid_nll']:.2f}, BLEU {cell['bleu']:.2f} "
-              f"({cell['minutes']} min)", flush=True)
-        results.parent.mkdir(parents=True, exist_ok=True)
-        results.write_text(json.dumps({"commands": commands, "cells": list(done.values())}, indent=1))
-    cells = list(done.values())
-    render(cells, commands, args.out, args.data)
-    print(f"wrote {args.out}.md, .png, .json")
+    todo = sorted((key for key in keys if key not in done), key=lambda key: -int(key[1].split("L")[0]))  # deepest first
+    print(f"{len(keys) - len(todo)} of {len(keys)} cells already in {results}; running {len(todo)} with {args.jobs} at once", flush=True)
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.jobs)))  # inherited by fairseq
+    results.parent.mkdir(parents=True, exist_ok=True)
+    start = time.time()
+    with ThreadPoolExecutor(args.jobs) as pool:  # each cell is a fairseq subprocess; threads only wait
+        futures = {pool.submit(run_cell, *key, args): key for key in todo}
+        for n, future in enumerate(as_completed(futures), 1):
+            key, cell = futures[future], future.result()
+            done[key] = cell
+            print(f"[{n}/{len(todo)}] {key}: {cell['status']}, valid NLL {cell['valid_nll']:.2f}, BLEU {cell['bleu']:.2f} "
+                  f"({cell['minutes']} min)", flush=True)
+            tmp = results.with_suffix(".json.tmp")
+            tmp.write_text(json.dumps({"commands": commands, "budget": budget, "cells": list(done.values())}, indent=1))
+            tmp.replace(results)
+    render(list(done.values()), commands, args.out, args.data)
+    print(f"wrote {args.out}.md, .png, .json ({(time.time() - start) / 60:.1f} min for {len(todo)} cells)")
 
 
 if __name__ == "__main__":
