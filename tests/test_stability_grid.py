@@ -1,0 +1,53 @@
+"""scripts/stability_grid.py end to end on a tiny budget: one real IWSLT14-mini cell, the
+report files, resuming, refusing a different budget, and the stall threshold's formula."""
+import json
+import math
+import subprocess
+import sys
+
+from conftest import REPO, shared_data
+
+sys.path.insert(0, str(REPO / "scripts"))
+import stability_grid  # noqa: E402
+
+
+def test_unigram_bits_is_entropy_of_target_tokens_with_end_of_sentence(tmp_path):
+    (tmp_path / "train.en").write_text("a a b\nb\n", encoding="utf-8")
+    # tokens a a b </s> b </s>: p(a) = p(b) = p(</s>) = 1/3
+    assert math.isclose(stability_grid.unigram_bits(tmp_path), math.log2(3))
+    (tmp_path / "train.en").write_text("a a\n", encoding="utf-8")
+    # a a </s>: p = 2/3, 1/3
+    assert math.isclose(stability_grid.unigram_bits(tmp_path), -(2 / 3 * math.log2(2 / 3) + 1 / 3 * math.log2(1 / 3)))
+
+
+def grid(tmp_path, *extra):
+    cmd = [sys.executable, str(REPO / "scripts" / "stability_grid.py"), "--iwslt-dir", str(shared_data("iwslt14")),
+           "--data", str(tmp_path / "data"), "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "grid"),
+           "--methods", "preln", "--depths", "1L-1L", "--lrs", "0.001", "--warmups", "0", "--width", "16",
+           "--max-tokens", "512", "--test-lines", "5", *extra]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=REPO)
+
+
+def test_one_cell_end_to_end_resumes_and_refuses_another_budget(tmp_path):
+    first = grid(tmp_path, "--updates", "3")
+    assert first.returncode == 0, first.stderr[-3000:]
+    report = json.loads((tmp_path / "grid.json").read_text())
+    assert report["budget"] == {"updates": 3, "max_tokens": 512, "width": 16, "seed": 1, "test_lines": 5}
+    (cell,) = report["cells"]
+    assert (cell["method"], cell["depth"], cell["lr"], cell["warmup"]) == ("preln", "1L-1L", 0.001, 0)
+    assert math.isfinite(cell["valid_nll"]) and cell["status"] in ("trained", "stalled")
+    assert cell["status"] == ("stalled" if cell["valid_nll"] >= stability_grid.unigram_bits(tmp_path / "data") else "trained")
+    markdown = (tmp_path / "grid.md").read_text()
+    assert "python scripts/stability_grid.py --iwslt-dir" in markdown
+    assert "| method | 1L-1L lr 0.001 no warm-up |" in markdown
+    assert f"{cell['valid_nll']:.2f} / {cell['bleu']:.2f}" in markdown.split("| preln |")[1].splitlines()[0]
+    assert (tmp_path / "grid.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    again = grid(tmp_path, "--updates", "3")  # the cell is in grid.json: nothing is retrained
+    assert again.returncode == 0 and "1 of 1 cells already" in again.stdout
+    assert json.loads((tmp_path / "grid.json").read_text())["cells"] == [cell]
+
+    other = grid(tmp_path, "--updates", "4")
+    assert other.returncode != 0
+    assert other.stderr.strip().splitlines()[-1].startswith(f"error: {tmp_path / 'grid.json'} holds cells made with")
+    assert json.loads((tmp_path / "grid.json").read_text())["cells"] == [cell]
