@@ -5,10 +5,12 @@ same shape, measured in one process run with interleaved repetitions:
     python benchmarks/throughput.py [--data data/iwslt14-mini/bin] [--layers 6] [--dim 256] [--reps 15]
 
 One step = forward + backward + Adam step on the same fixed batches for every arch;
-target words per second per step; per repetition the archs run in rotated order and each
-ratio is taken against the baseline's step in the same repetition; the median ratio and
+target words per second per step; per repetition the archs run in rotated order, each
+arch ``--steps`` steps back to back of which the fastest counts (a step slowed by the OS
+or another process says nothing about the arch), and each ratio is taken against the
+baseline's in the same repetition; the median ratio and
 its spread (min-max) are printed, one line per arch, with the issue's target. Also the
-peak-memory ratio (CUDA: max allocated; CPU: peak RSS above the RSS before the model
+ratio of matmul FLOPs per step (exact, unlike the timings), the peak-memory ratio (CUDA: max allocated; CPU: peak RSS above the RSS before the model
 was built, in a fresh process per arch) and
 Admin's profiling time in updates. CPU by default; ``--device cuda --precision bf16``
 (or fp16) on a GPU.
@@ -73,6 +75,17 @@ class Bench:
         self._sync()
         return time.perf_counter() - start
 
+    def flops(self):
+        """FLOPs of one step's forward + backward (torch's FlopCounterMode: matmuls, convs and
+        attention kernels; element-wise ops such as LayerNorm count zero). Deterministic, so
+        it tells compute added by a method from timing noise."""
+        from torch.utils.flop_counter import FlopCounterMode
+
+        counter = FlopCounterMode(display=False)
+        with counter:
+            self.step()
+        return counter.get_total_flops()
+
     def _sync(self):
         if self.args.device == "cuda":
             torch.cuda.synchronize()
@@ -126,6 +139,8 @@ def parse(argv):
     parser.add_argument("--max-tokens", type=int, default=2048)
     parser.add_argument("--batches", type=int, default=2, help="batches per step (default 2)")
     parser.add_argument("--reps", type=int, default=15, help="interleaved repetitions (default 15; 7 left medians +-3%% noisy on 2 cores)")
+    parser.add_argument("--steps", type=int, default=1, help="steps per arch and repetition; the fastest counts (default 1)")
+    parser.add_argument("--threads", type=int, default=os.cpu_count(), help="CPU threads (default: all cores)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps per arch first")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--precision", choices=("fp32", "fp16", "bf16"), default="fp32")
@@ -139,7 +154,7 @@ def main():
     if args.measure_peak:
         print(measure_peak(args))
         return
-    torch.set_num_threads(os.cpu_count())
+    torch.set_num_threads(args.threads)
     benches = {arch: Bench(args, arch) for arch in [BASELINE, *args.archs]}
     for bench in benches.values():
         for _ in range(args.warmup):
@@ -149,18 +164,20 @@ def main():
     for rep in range(args.reps):
         rotated = order[rep % len(order):] + order[: rep % len(order)]
         for arch in rotated:
-            seconds[arch].append(benches[arch].step())
+            seconds[arch].append(min(benches[arch].step() for _ in range(args.steps)))
         print(f"rep {rep + 1}/{args.reps}: " + ", ".join(f"{a.replace('transformer_', '')} {benches[a].words / s[-1]:.0f} wps" for a, s in seconds.items()), flush=True)
     base_wps = [benches[BASELINE].words / s for s in seconds[BASELINE]]
     print(f"\n{args.device} {args.precision}, {args.layers}L-{args.layers}L d={args.dim}, {benches[BASELINE].words} target words/step, "
-          f"{args.reps} interleaved reps; baseline fairseq transformer {statistics.median(base_wps):.0f} wps")
+          f"{args.reps} interleaved reps x best of {args.steps} steps, {args.threads} threads; baseline fairseq transformer {statistics.median(base_wps):.0f} wps")
+    flops = {arch: bench.flops() for arch, bench in benches.items()}
     memory = {} if args.no_memory else {arch: peak_memory(args, arch) for arch in [BASELINE, *args.archs]}
     for arch in args.archs:
         ratios = [benches[arch].words / s / b for s, b in zip(seconds[arch], base_wps)]
         median = statistics.median(ratios)
         target = TARGETS.get(arch)
-        line = (f"{arch:22s} speed ratio {median:.3f} (spread {min(ratios):.3f}-{max(ratios):.3f}); target >= {target:.2f}: "
+        line = (f"{arch:22s} speed ratio {median:.4f} (spread {min(ratios):.3f}-{max(ratios):.3f}); target >= {target:.2f}: "
                 f"{'met' if median >= target else 'MISSED'}") if target else f"{arch:22s} speed ratio {median:.3f}"
+        line += f"; matmul FLOPs ratio {flops[arch] / flops[BASELINE]:.4f}"
         if memory:
             line += f"; peak memory ratio {memory[arch] / memory[BASELINE]:.3f}"
         print(line)
