@@ -8,11 +8,11 @@ One step = forward + backward + Adam step on the same fixed batches for every ar
 target words per second per step; per repetition the archs run in rotated order, each
 arch ``--steps`` steps back to back of which the fastest counts (a step slowed by the OS
 or another process says nothing about the arch), and each ratio is taken against the
-baseline's in the same repetition; the median ratio and
-its spread (min-max) are printed, one line per arch, with the issue's target. Also the
-ratio of matmul FLOPs per step (exact, unlike the timings), the peak-memory ratio (CUDA: max allocated; CPU: peak RSS above the RSS before the model
-was built, in a fresh process per arch) and
-Admin's profiling time in updates. CPU by default; ``--device cuda --precision bf16``
+baseline's in the same repetition; the median ratio and its spread (min-max) are
+printed, one line per arch, with the issue's target. Also the ratio of matmul FLOPs per
+step (exact, unlike the timings), the peak-memory ratio (CUDA: max allocated; CPU: peak
+RSS above the RSS before the model was built, in a fresh process per arch) and Admin's
+profiling time in updates. CPU by default; ``--device cuda --precision bf16``
 (or fp16) on a GPU.
 """
 import argparse
@@ -138,7 +138,7 @@ def parse(argv):
     parser.add_argument("--dim", type=int, default=256)
     parser.add_argument("--max-tokens", type=int, default=2048)
     parser.add_argument("--batches", type=int, default=2, help="batches per step (default 2)")
-    parser.add_argument("--reps", type=int, default=15, help="interleaved repetitions (default 15; 7 left medians +-3%% noisy on 2 cores)")
+    parser.add_argument("--reps", type=int, default=15, help="interleaved repetitions (default 15; on 2 cores the median still moves up to 10%% between runs)")
     parser.add_argument("--steps", type=int, default=1, help="steps per arch and repetition; the fastest counts (default 1)")
     parser.add_argument("--threads", type=int, default=os.cpu_count(), help="CPU threads (default: all cores)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps per arch first")

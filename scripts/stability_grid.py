@@ -4,7 +4,6 @@ depth x peak lr x warm-up on/off, a fixed update budget each, on IWSLT14-mini.
 
     python scripts/stability_grid.py --jobs 2
 
-
 Each cell trains the method's IWSLT14-mini recipe (configs/iwslt14_mini/) at the cell's
 depth and width with Adam (0.9, 0.98) and either inverse-sqrt warm-up (``--warmups``
 updates) or none (constant lr), then decodes ``--test-lines`` test lines greedily. A cell is
