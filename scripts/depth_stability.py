@@ -63,10 +63,9 @@ def summarize(losses):
 
 
 def plot(curves, path, title):
-    import matplotlib
+    from fairseq_layernorm_plugins.recipes.report import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for arch, losses in curves.items():

@@ -46,14 +46,9 @@ def measure(data_bin, archs, depths, model_args, sentences, seed, lr):
 
 
 def plot(results, out):
-    import logging
+    from fairseq_layernorm_plugins.recipes.report import pyplot
 
-    import matplotlib
-
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq's root logger would show its font search
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     archs = list(results)
     deepest = {arch: max(results[arch], key=int) for arch in archs}
     figures = {}

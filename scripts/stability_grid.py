@@ -19,7 +19,6 @@ another budget is refused. ``--jobs N`` trains N cells at once with cores / N th
 """
 import argparse
 import json
-import logging
 import math
 import os
 import shutil
@@ -91,11 +90,9 @@ def unigram_bits(data):
 
 
 def render(cells, commands, out, data):
-    import matplotlib
+    from fairseq_layernorm_plugins.recipes.report import pyplot
 
-    matplotlib.use("Agg")
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq's logging config lets its DEBUG through
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     import numpy as np
 
     columns = sorted({(c["depth"], c["lr"], c["warmup"]) for c in cells}, key=lambda k: (int(k[0].split("L")[0]), k[2] == 0, k[1]))

@@ -125,15 +125,22 @@ def read_log_curves(log_path):
     return curves
 
 
-def plot_curves(run_dirs, output, title=""):
-    """One PNG: training loss, validation loss, and validation BLEU when the logs have it,
-    per (fractional) epoch; one line per run."""
+def pyplot():
+    """matplotlib.pyplot on the file-only Agg backend, with matplotlib's own logging at
+    WARNING (fairseq's logging setup would otherwise print its font search at DEBUG)."""
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # before its import logs anything
     import matplotlib
 
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq's root logger would show its font search
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def plot_curves(run_dirs, output, title=""):
+    """One PNG: training loss, validation loss, and validation BLEU when the logs have it,
+    per (fractional) epoch; one line per run."""
+    plt = pyplot()
     runs = []
     for run_dir in map(Path, run_dirs):
         run = json.loads((run_dir / "run.json").read_text())
