@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The README's first command: set up .venv (idempotent), then run the small real
-# experiment (IWSLT14-mini, Post-LN vs Pre-LN on CPU, BLEU side by side).
-# Arguments are passed to scripts/iwslt14_mini_experiment.py (see its --help).
+# The README's first command: set up the environment (idempotent; VENV=path, default
+# .venv, as scripts/setup_env.sh), then the main job: every method on Multi30k De-En on
+# CPU, BLEU table + loss plot. Arguments go to scripts/main_job.py (see its --help).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup_env.sh
-exec .venv/bin/python scripts/iwslt14_mini_experiment.py "$@"
+VENV=${VENV:-.venv}
+VENV="$VENV" bash scripts/setup_env.sh
+exec "$VENV/bin/python" scripts/main_job.py "$@"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The README's second command (and CI's): set up .venv (idempotent), then run the tests.
-# Arguments are passed to pytest.
+# The README's second command (and CI's): set up the environment (idempotent; VENV=path,
+# default .venv, as scripts/setup_env.sh), then run the tests. Arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup_env.sh
-exec .venv/bin/python -m pytest "$@"
+VENV=${VENV:-.venv}
+VENV="$VENV" bash scripts/setup_env.sh
+exec "$VENV/bin/python" -m pytest "$@"

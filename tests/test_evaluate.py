@@ -1,6 +1,7 @@
 """Training through the launcher and evaluation: checkpoint averaging, SacreBLEU equal to
 the sacrebleu CLI, 2-process CPU data parallel, fairseq-hydra-train."""
 import json
+import logging
 import os
 import subprocess
 
@@ -87,6 +88,15 @@ def test_sacrebleu_scores_equal_the_cli(tmp_path, lowercase):
     assert scores["tokenized"]["score"] == round(sacrebleu_cli(tmp_path / "ref.de", tmp_path / "hyp.de", "--tokenize", "none"), 2)
     assert scores["sacrebleu"]["signature"].startswith("nrefs:1|case:" + ("lc" if lowercase else "mixed"))
     assert 10 < scores["sacrebleu"]["score"] < 90
+
+
+def test_tokenized_scores_do_not_warn_about_tokenized_text(caplog):
+    refs_tok = [f"ein hund läuft über {i} wiesen ." for i in range(150)]  # 150 lines ending in a tokenised period
+    hyps_tok = [r.replace("läuft", "rennt") for r in refs_tok]
+    with caplog.at_level(logging.WARNING, logger="sacrebleu"):
+        scores = score(hyps_tok, [h[:-2] + "." for h in hyps_tok], refs_tok, [r[:-2] + "." for r in refs_tok])
+    assert [r.getMessage() for r in caplog.records if r.name == "sacrebleu"] == []
+    assert 0 < scores["tokenized"]["score"] < 100 and scores["compound_split"]["score"] == scores["tokenized"]["score"]
 
 
 def test_train_then_evaluate_on_iwslt14_mini(tmp_path, capsys):

@@ -26,6 +26,13 @@ def subsample(pairs, k, seed=1):
     return [pairs[i] for i in keep]
 
 
+def evenly_spaced(items, n):
+    """``n`` items spread evenly over ``items`` (every ``len // n``-th, from the first); all if ``n`` is None."""
+    if not n:
+        return list(items)
+    return list(items)[:: max(1, len(items) // n)][:n]
+
+
 def write_dataset(out_dir, key, splits, references, src, tgt, joined=False, workers=2, extra_files=(), summary=None, force=False):
     """Write the output directory unless its stamp already has ``key``.
 

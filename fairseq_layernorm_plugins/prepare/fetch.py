@@ -11,16 +11,28 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from fairseq_layernorm_plugins.prepare.steps import file_checksum
 from fairseq_layernorm_plugins.prepare.textio import DataError
 
 logger = logging.getLogger(__name__)
 
 
-def download(url, destination, retries=3, wait=5.0):
-    """Fetch ``url`` to ``destination`` (via ``destination.part``, renamed when complete);
-    an existing ``destination`` is reused. Retries with a growing wait."""
+def verify(path, expected, source=None):
+    """Raise a one-line DataError if ``path``'s sha256 is not ``expected``."""
+    actual = file_checksum(path)
+    if actual != expected:
+        raise DataError(f"{source or path}: sha256 {actual} is not the expected {expected} (corrupt or another version)")
+
+
+def download(url, destination, retries=3, wait=5.0, checksum=None, hint=None):
+    """Fetch ``url`` to ``destination`` (via ``destination.part``, renamed when complete
+    and, with ``checksum``, only if its sha256 matches); an existing ``destination`` is
+    reused (and verified). Retries with a growing wait; when every attempt fails the
+    DataError names the URL, the destination and ``hint`` (what else the user can do)."""
     destination = Path(destination)
     if destination.exists():
+        if checksum:
+            verify(destination, checksum)
         return destination
     destination.parent.mkdir(parents=True, exist_ok=True)
     part = destination.with_name(destination.name + ".part")
@@ -34,13 +46,16 @@ def download(url, destination, retries=3, wait=5.0):
                         bar.update(len(block))
             if total is not None and part.stat().st_size != total:
                 raise OSError(f"got {part.stat().st_size} of {total} bytes")
+            if checksum:
+                verify(part, checksum, source=url)
             os.replace(part, destination)
             return destination
-        except OSError as err:
+        except (OSError, DataError) as err:
             logger.warning("download of %s failed (attempt %d/%d): %s", url, attempt, retries, err)
             if attempt == retries:
                 part.unlink(missing_ok=True)
-                raise DataError(f"{url}: download failed after {retries} attempts ({err})") from None
+                raise DataError(f"{url}: download failed after {retries} attempts ({err}); fetch it yourself "
+                                f"to {destination}" + (f" or {hint}" if hint else "")) from None
             time.sleep(wait * attempt)
 
 

@@ -25,7 +25,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from fairseq_layernorm_plugins.prepare.dataset import subsample, write_dataset
+from fairseq_layernorm_plugins.prepare.dataset import evenly_spaced, subsample, write_dataset
 from fairseq_layernorm_plugins.prepare.iwslt14 import TEST_SETS
 from fairseq_layernorm_plugins.prepare.moses import xml_segments
 from fairseq_layernorm_plugins.prepare.subwords import ApplyBPE, remove_bpe
@@ -61,9 +61,7 @@ def build_splits(iwslt_dir, src="de", tgt="en", valid_every=8, test_lines=None, 
     held_out = set(valid)
     train = list(dict.fromkeys(samples + [p for p in fairseq_valid if p not in held_out]))
     train = subsample(train, train_pairs, seed)
-    if test_lines:
-        step = max(1, len(test) // test_lines)
-        test, test_raw = test[::step][:test_lines], test_raw[::step][:test_lines]
+    test, test_raw = evenly_spaced(test, test_lines), evenly_spaced(test_raw, test_lines)
     return {"train": train, "valid": valid, "test": test, "test.raw": test_raw}
 
 

@@ -83,10 +83,11 @@ def score(hyps_tok, hyps_detok, refs_tok=None, refs_raw=None, lowercase=False):
         result = bleu.corpus_score(hyps_detok, [refs_raw])
         scores["sacrebleu"] = {"score": round(result.score, 2), "signature": str(bleu.get_signature()), "detail": str(result),
                                "label": "SacreBLEU, detokenised" + (", lowercased" if lowercase else "")}
-    if refs_tok is not None:
-        result = sacrebleu.corpus_bleu(hyps_tok, [refs_tok], tokenize="none")
+    if refs_tok is not None:  # tokenised on purpose: force=True keeps sacrebleu's "forgot to detokenize" warnings quiet
+        result = sacrebleu.corpus_bleu(hyps_tok, [refs_tok], tokenize="none", force=True)
         scores["tokenized"] = {"score": round(result.score, 2), "detail": str(result), "label": "tokenized BLEU (Moses-tokenised text)"}
-        result = sacrebleu.corpus_bleu([compound_split(h) for h in hyps_tok], [[compound_split(r) for r in refs_tok]], tokenize="none")
+        result = sacrebleu.corpus_bleu([compound_split(h) for h in hyps_tok], [[compound_split(r) for r in refs_tok]], tokenize="none",
+                                      force=True)
         scores["compound_split"] = {"score": round(result.score, 2), "detail": str(result),
                                     "label": "tokenized BLEU, compound-split (compound_split_bleu.sh)"}
     return scores

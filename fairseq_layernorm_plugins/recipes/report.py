@@ -104,17 +104,22 @@ def render(rows, table):
 
 
 def read_log_curves(log_path):
-    """{"train": [{"epoch", "update", "loss"}], "valid": [{"epoch", "update", "loss", "nll_loss", "bleu"}]}
-    from a fairseq json log; "epoch" is fractional (fairseq's progress within the epoch),
-    so validations every N updates fall where they happened."""
-    curves = {"train": [], "valid": []}
+    """{"train": [{"epoch", "update", "loss", "wall"}], "valid": [{"epoch", "update", "loss", "nll_loss", "bleu"}],
+    "end": {"update", "wall"}} from a fairseq json log; "epoch" is fractional (fairseq's progress
+    within the epoch), so validations every N updates fall where they happened; "end" is the
+    last update and wall-clock second logged (``train_inner`` or end-of-epoch ``train``)."""
+    curves = {"train": [], "valid": [], "end": {"update": 0, "wall": 0.0}}
     epoch_at = {}
     for line in Path(log_path).read_text(errors="replace").splitlines():
-        if "| train_inner | {" in line:
-            record = json.loads(line.split("| train_inner | ", 1)[1])
-            update = int(record["num_updates"])
-            epoch_at[update] = float(record["update"])  # fairseq logs epoch - 1 + progress here
-            curves["train"].append({"epoch": epoch_at[update], "update": update, "loss": float(record["loss"])})
+        if "| train_inner | {" in line or "| train | {" in line:
+            inner = "| train_inner | {" in line
+            record = json.loads(line.split("| train_inner | " if inner else "| train | ", 1)[1])
+            prefix = "" if inner else "train_"
+            update, wall = int(record[f"{prefix}num_updates"]), float(record[f"{prefix}wall"])
+            curves["end"] = {"update": max(update, curves["end"]["update"]), "wall": max(wall, curves["end"]["wall"])}
+            if inner:
+                epoch_at[update] = float(record["update"])  # fairseq logs epoch - 1 + progress here
+                curves["train"].append({"epoch": epoch_at[update], "update": update, "loss": float(record["loss"]), "wall": wall})
         elif "| valid | {" in line:
             record = json.loads(line.split("| valid | ", 1)[1])
             update = int(record.get("valid_num_updates", 0))
@@ -123,6 +128,53 @@ def read_log_curves(log_path):
                                     "loss": float(record["valid_loss"]), "nll_loss": float(record.get("valid_nll_loss", "nan")),
                                     "bleu": None if bleu is None else float(bleu)})
     return curves
+
+
+def baseline_rows(run_dirs, baseline="postln"):
+    """Per run: method, headline BLEU (label, signature), updates, training minutes and final
+    validation loss, with the differences to the ``baseline`` method's run (None without one)."""
+    rows = []
+    for run_dir in map(Path, run_dirs):
+        result = json.loads((run_dir / "results.json").read_text())
+        curves = read_log_curves(run_dir / "train.log")
+        bleu = result["bleu"][result["headline"]]
+        rows.append({"method": result["recipe"].rsplit("/", 1)[-1], "bleu": bleu["score"], "label": bleu["label"],
+                     "signature": bleu.get("signature"), "sentences": result["sentences"], "updates": curves["end"]["update"],
+                     "minutes": curves["end"]["wall"] / 60, "valid_loss": curves["valid"][-1]["loss"] if curves["valid"] else None})
+    base = next((r for r in rows if r["method"] == baseline), None)
+    for row in rows:
+        for key in ("bleu", "updates", "minutes"):
+            row[f"{key}_diff"] = None if base is None else row[key] - base[key]
+    return rows
+
+
+def baseline_report(run_dirs, out, title, baseline="postln", notes=()):
+    """Write OUT.md, OUT.csv (each method beside the ``baseline`` run of the same job: BLEU,
+    updates, training time, final validation loss; ``notes`` listed below the table) and
+    OUT.png (loss curves); returns the Markdown."""
+    rows = baseline_rows(run_dirs, baseline)
+    signatures = sorted({r["signature"] for r in rows if r["signature"]})
+    header = ["method", "BLEU", f"vs {baseline}", "updates", f"vs {baseline}", "training min", f"vs {baseline}", "final valid loss"]
+    lines = [f"### {title}", "", f"BLEU: {rows[0]['label']} on {rows[0]['sentences']} test sentences"
+             + (f" [{', '.join(signatures)}]" if signatures else "") + "; one seed.", "",
+             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(f"{out}.csv.tmp", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["method", "bleu", "bleu_diff", "updates", "updates_diff", "minutes", "minutes_diff", "valid_loss", "signature"])
+        for r in rows:
+            diffs = [("" if r[f"{k}_diff"] is None else fmt.format(r[f"{k}_diff"])) for k, fmt in
+                     (("bleu", "{:+.2f}"), ("updates", "{:+d}"), ("minutes", "{:+.1f}"))]
+            valid = "" if r["valid_loss"] is None else f"{r['valid_loss']:.3f}"
+            lines.append(f"| {r['method']} | {r['bleu']:.2f} | {diffs[0]} | {r['updates']} | {diffs[1]} | {r['minutes']:.1f} | {diffs[2]} | {valid} |")
+            writer.writerow([r["method"], f"{r['bleu']:.2f}", diffs[0], r["updates"], diffs[1], f"{r['minutes']:.2f}", diffs[2], valid, r["signature"] or ""])
+    markdown = "\n".join(lines + ([""] + [f"- {note}" for note in notes] if notes else [])) + "\n"
+    Path(f"{out}.md.tmp").write_text(markdown)
+    plot_curves(run_dirs, f"{out}.png", title=title)
+    for ext in ("csv", "md"):
+        Path(f"{out}.{ext}.tmp").replace(f"{out}.{ext}")
+    return markdown
 
 
 def pyplot():
@@ -162,8 +214,10 @@ def plot_curves(run_dirs, output, title=""):
     fig.tight_layout()
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(output, dpi=120)
+    tmp = output.with_name(output.name + ".tmp")
+    fig.savefig(tmp, dpi=120, format="png")
     plt.close(fig)
+    tmp.replace(output)
     return output
 
 MAIN_DOC = """Collect evaluated runs into a paper's table (Markdown + CSV, ours beside the
