@@ -7,11 +7,13 @@ Sub-layer i computes LN(x_{i-1} * omega_i + f_i(x_{i-1})). Write x'_{i-1} = x_{i
   multiplied by omega_i (App. C), and the weights reading x_{i-1} inside f_i are
   divided by omega_i column-wise (self-attention q/k/v, the cross-attention query,
   fc1), so f'_i(x'_{i-1}) = f_i(x_{i-1});
-* i = 1 of each stack, x_0 is the embedding output scale * E[token] + P[position]:
-  the paper leaves this case open. It is folded exactly by multiplying the token
-  embedding columns by omega_1 and turning the sinusoidal positions into a *learned*
-  position table (stock fairseq's ``--{encoder,decoder}-learned-pos``, which numbers
-  positions the same way) holding P * omega_1. A decoder embedding tied to the output
+* i = 1 of each stack, x_0 is the embedding output: the paper leaves this case open.
+  With ``--layernorm-embedding`` x_0 is a LayerNorm output and is folded like the
+  others (its gamma and beta times omega_1). Otherwise x_0 = scale * E[token] +
+  P[position], folded exactly by multiplying the token embedding columns by omega_1
+  and turning the sinusoidal positions into a *learned* position
+  table (stock fairseq's ``--{encoder,decoder}-learned-pos``, which numbers positions
+  the same way) holding P * omega_1. A decoder embedding tied to the output
   projection (or one matrix shared by all) is untied: the output projection keeps the
   original matrix.
 
@@ -28,7 +30,14 @@ DROPPED_ARGS = ("admin_init", "admin_profile_batches", "admin_profile_mask_paddi
 
 
 def _fold_first_sublayer(state, stack, omega, args):
-    """x_0 * omega_1: token embedding columns and a learned copy of the sinusoidal positions."""
+    """x_0 * omega_1: the embedding LayerNorm, or the token embedding columns (the input
+    projection's rows) and a learned copy of the sinusoidal positions."""
+    if f"{stack}.layernorm_embedding.weight" in state:
+        for p in ("weight", "bias"):
+            state[f"{stack}.layernorm_embedding.{p}"] = state[f"{stack}.layernorm_embedding.{p}"] * omega
+        return
+    if f"{stack}.project_in_dim.weight" in state:  # fairseq's transformer never builds one; another model might
+        raise ValueError(f"{stack}: embeddings projected to the model width (project_in_dim) are not supported")
     embed = state[f"{stack}.embed_tokens.weight"]
     state[f"{stack}.embed_tokens.weight"] = embed * omega
     max_positions = getattr(args, f"max_{'source' if stack == 'encoder' else 'target'}_positions")

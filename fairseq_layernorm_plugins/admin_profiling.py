@@ -17,45 +17,59 @@ import time
 
 import torch
 from fairseq import utils
+from fairseq.modules import LayerDropModuleList
 
-from fairseq_layernorm_plugins.models.transformer_admin import admin_profiled_omegas
+from fairseq_layernorm_plugins.models.transformer_admin import AdminProfile
 
 logger = logging.getLogger(__name__)
 
 
-def profile_admin_(model, batches):
-    """Run ``batches`` (fairseq samples) through ``model`` in train mode with omega = 1,
-    set each layer's omega from the variances, and return the per-sub-layer report."""
+def profile_admin_(model, batches, mask_padding=False):
+    """Admin's profiling (see :mod:`fairseq_layernorm_plugins.models.transformer_admin`):
+    each of ``batches`` (fairseq samples) goes through ``model`` in train mode in one
+    sequential pass per batch, with every layer run (LayerDrop off); each omega is set to
+    the mean of its per-batch values. Returns {"encoder" | "decoder": [one row per
+    sub-layer: layer, sublayer, var_input (Var(x * omega)), var_branch, omega]}, the
+    variances averaged over the batches."""
     stacks = model.admin_layers()
+    layerdrop = [s.layers for s in (model.encoder, model.decoder) if isinstance(s.layers, LayerDropModuleList)]
+    saved_p = [layers.p for layers in layerdrop]
+    was_training = model.training
+    per_batch = {stack: [] for stack in stacks}
     with torch.no_grad():
-        for layers in stacks.values():
-            for layer in layers:
-                layer.omega.fill_(1.0)
-                layer.profile_stats = []
-        was_training = model.training
         model.train()  # the authors profile with dropout on
+        for layers in layerdrop:
+            layers.p = -1.0  # uniform draws are >= 0 > p: every layer runs
         try:
             for sample in batches:
+                profiles = {stack: AdminProfile(mask_padding) for stack in stacks}
+                for stack, layers in stacks.items():
+                    for layer in layers:
+                        layer.profile = profiles[stack]
                 model(**sample["net_input"])
+                for stack, profile in profiles.items():
+                    per_batch[stack].append(profile.rows)
         finally:
+            for layers in stacks.values():
+                for layer in layers:
+                    layer.profile = None
+            for layers, p in zip(layerdrop, saved_p):
+                layers.p = p
             model.train(was_training)
         report = {}
         for stack, layers in stacks.items():
-            input_vars, branch_vars, where = [], [], []
-            for index, layer in enumerate(layers):
-                stats, layer.profile_stats = layer.profile_stats, None
-                for sub in range(layer.num_sublayers):
-                    per_batch = stats[sub :: layer.num_sublayers]
-                    input_vars.append(sum(v for v, _ in per_batch) / len(per_batch))
-                    branch_vars.append(sum(v for _, v in per_batch) / len(per_batch))
-                    where.append((index, sub))
-            omegas = admin_profiled_omegas(input_vars, branch_vars)
-            for (index, sub), omega in zip(where, omegas):
-                layers[index].omega[sub].fill_(omega)
-            report[stack] = [
-                {"layer": i, "sublayer": s, "var_input": vx, "var_branch": vf, "omega": w}
-                for (i, s), vx, vf, w in zip(where, input_vars, branch_vars, omegas)
-            ]
+            index = {id(layer): i for i, layer in enumerate(layers)}
+            expected = sum(layer.num_sublayers for layer in layers)
+            if any(len(rows) != expected for rows in per_batch[stack]):
+                raise RuntimeError(f"Admin profiling: the {stack} ran {len(per_batch[stack][0])} of {expected} sub-layers")
+            report[stack] = []
+            for position, row in enumerate(per_batch[stack][0]):
+                values = [rows[position][2:] for rows in per_batch[stack]]  # (var_input, var_branch, omega) per batch
+                var_input, var_branch, omega = (sum(v[k] for v in values) / len(values) for k in range(3))
+                layer, sublayer = row[0], row[1]
+                layer.omega[sublayer].fill_(omega)
+                report[stack].append({"layer": index[id(layer)], "sublayer": sublayer, "var_input": var_input,
+                                      "var_branch": var_branch, "omega": omega})
     return report
 
 
@@ -105,11 +119,8 @@ def maybe_profile(cfg, task, model):
         return
     if torch.cuda.is_available() and not cfg.common.cpu:
         model.cuda()
-    for layers in model.admin_layers().values():
-        for layer in layers:
-            layer.profile_mask_padding = args.admin_profile_mask_padding
     start = time.perf_counter()
-    report = profile_admin_(model, profiling_batches(cfg, task, model, args.admin_profile_batches))
+    report = profile_admin_(model, profiling_batches(cfg, task, model, args.admin_profile_batches), args.admin_profile_mask_padding)
     seconds = time.perf_counter() - start
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         for layers in model.admin_layers().values():

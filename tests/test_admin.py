@@ -8,40 +8,55 @@ import torch
 from conftest import PLUGIN_DIR, TINY_MODEL, batch, build, run_cli
 
 from fairseq_layernorm_plugins.admin_profiling import profile_admin_
+from fairseq_layernorm_plugins.modules import stack_layers
 
 ARCH = "transformer_admin_iwslt_de_en"
 DIMS = [*TINY_MODEL, "--encoder-layers", "3", "--decoder-layers", "2", "--dropout", "0.3"]
 
 
-def authors_omegas(inputs, branches, keep=None):
-    """Independent re-computation: np.var in float64 over the whole tensor (or only the
-    positions ``keep`` (T, B) marks), running value from 1.0:
-    omega_{i+1} = sqrt(Var(x_i * omega_i) + Var(f_i))."""
-    def values(t):
-        a = t.numpy().astype(np.float64)
-        return a if keep is None else a[keep.numpy()]
-
-    omegas, running = [], 1.0
-    for x, f in zip(inputs, branches):
-        omegas.append(running)
-        running = math.sqrt(np.var(values(x) * running) + np.var(values(f)))
+def sequential_reference(model, sample, seed, keep=None):
+    """The authors' sequential rule, computed from outside the layers: per stack a ratio
+    starts at 1.0; for each sub-layer k in forward order, omega_k is set to the ratio and
+    the whole forward pass is re-run with the same dropout masks (same seed); hooks read
+    the LayerNorm input z_k = x * omega_k + f_k and the dropout-applied branch f_k, and
+    the ratio becomes sqrt(Var(z_k - f_k) + Var(f_k)) (np.var in float64 over the whole
+    tensor, or the positions ``keep[stack]`` (T, B) marks). Returns {stack: [omega_k]}."""
+    captured = {"ln": [], "branch": []}
+    hooks = []
+    for stack in ("encoder", "decoder"):
+        for layer in getattr(model, stack).layers:
+            norms = [layer.self_attn_layer_norm] + ([layer.encoder_attn_layer_norm] if stack == "decoder" else []) + [layer.final_layer_norm]
+            hooks += [norm.register_forward_pre_hook(lambda m, a: captured["ln"].append(a[0].detach().double())) for norm in norms]
+            hooks.append(layer.dropout_module.register_forward_hook(lambda m, a, out: captured["branch"].append(out.detach().double())))
+    omegas, offset = {}, 0
+    try:
+        with torch.no_grad():
+            for layers in model.admin_layers().values():
+                for layer in layers:
+                    layer.omega.fill_(1.0)
+            model.train()
+            for stack in ("encoder", "decoder"):
+                layers = getattr(model, stack).layers
+                ratio, omegas[stack] = 1.0, []
+                for k, (layer, sub) in enumerate((l, s) for l in layers for s in range(l.num_sublayers)):
+                    layer.omega[sub].fill_(ratio)
+                    omegas[stack].append(ratio)
+                    captured["ln"].clear(), captured["branch"].clear()
+                    torch.manual_seed(seed)
+                    model(**sample["net_input"])
+                    z, f = captured["ln"][offset + k], captured["branch"][offset + k]
+                    if keep is not None:
+                        z, f = z[keep[stack]], f[keep[stack]]
+                    ratio = math.sqrt(np.var((z - f).numpy()) + np.var(f.numpy()))
+                offset += sum(layer.num_sublayers for layer in layers)
+    finally:
+        for hook in hooks:
+            hook.remove()
     return omegas
 
 
-def capture_sublayers(layer, inputs, branches, decoder):
-    """Hooks recording each sub-layer's input x_i and dropout-applied branch output f_i."""
-    hooks = [
-        layer.register_forward_pre_hook(lambda m, a: inputs.append(a[0].detach().clone())),
-        layer.self_attn_layer_norm.register_forward_hook(lambda m, a, out: inputs.append(out.detach().clone())),
-        layer.dropout_module.register_forward_hook(lambda m, a, out: branches.append(out.detach().clone())),
-    ]
-    if decoder:
-        hooks.append(layer.encoder_attn_layer_norm.register_forward_hook(lambda m, a, out: inputs.append(out.detach().clone())))
-    return hooks
-
-
 @pytest.mark.parametrize("mask_padding", [False, True])
-def test_profiled_omega_matches_the_authors_formula(tiny_data_bin, mask_padding):
+def test_profiled_omega_is_the_authors_sequential_rule(tiny_data_bin, mask_padding):
     model, task, _ = build(tiny_data_bin, ARCH, *DIMS)
     sample = batch(task, n=16)
     pad = task.source_dictionary.pad()
@@ -50,39 +65,18 @@ def test_profiled_omega_matches_the_authors_formula(tiny_data_bin, mask_padding)
         "decoder": sample["net_input"]["prev_output_tokens"].ne(pad).t(),
     }
     assert not keep["encoder"].all() and not keep["decoder"].all(), "the batch must contain padding"
-    for layers in model.admin_layers().values():
-        for layer in layers:
-            layer.profile_mask_padding = mask_padding
     torch.manual_seed(5)
-    profile_admin_(model, [sample])
+    report = profile_admin_(model, [sample], mask_padding=mask_padding)
+    profiled = {s: [l.omega.detach().clone() for l in getattr(model, s).layers] for s in ("encoder", "decoder")}
 
-    captured = {}
-    for stack in ("encoder", "decoder"):
-        captured[stack] = ([], [])
-        for layer in getattr(model, stack).layers:
-            layer._hooks_for_test = capture_sublayers(layer, *captured[stack], decoder=stack == "decoder")
-    saved = {s: [l.omega.detach().clone() for l in getattr(model, s).layers] for s in ("encoder", "decoder")}
-    with torch.no_grad():
-        for layers in model.admin_layers().values():
-            for layer in layers:
-                layer.omega.fill_(1.0)
-        model.train()
-        torch.manual_seed(5)  # the same dropout masks as the profiling pass
-        model(**sample["net_input"])
-    for stack in ("encoder", "decoder"):
-        layers = getattr(model, stack).layers
-        for layer in layers:
-            for h in layer._hooks_for_test:
-                h.remove()
-        inputs, branches = captured[stack]
-        # the decoder's pre-hook / LN hooks fire in sub-layer order within each layer
-        n = 3 if stack == "decoder" else 2
-        assert len(inputs) == len(branches) == n * len(layers)
-        expected = authors_omegas(inputs, branches, keep[stack] if mask_padding else None)
-        got = [saved[stack][i][s] for i in range(len(layers)) for s in range(n)]
-        assert expected[0] == 1.0
-        for e, g in zip(expected, got):
-            assert torch.allclose(g, torch.full_like(g, e), atol=1e-5, rtol=0), (stack, e, g[0].item())
+    expected = sequential_reference(model, sample, seed=5, keep=keep if mask_padding else None)
+    for stack, sublayers in (("encoder", 2), ("decoder", 3)):
+        got = [profiled[stack][i][s] for i in range(len(profiled[stack])) for s in range(sublayers)]
+        assert len(got) == len(expected[stack]) == len(report[stack]) and expected[stack][0] == 1.0
+        for e, g, row in zip(expected[stack], got, report[stack]):
+            assert torch.allclose(g, torch.full_like(g, e), rtol=1e-4, atol=0), (stack, e, g[0].item())
+            assert row["omega"] == pytest.approx(e, rel=1e-4)
+        assert max(expected[stack]) > 1.5  # the rule compounds: a check that can tell it from omega = 1
 
 
 @pytest.mark.parametrize(
@@ -94,12 +88,28 @@ def test_profiled_omega_matches_the_authors_formula(tiny_data_bin, mask_padding)
         ("none", lambda n: 1.0),
     ],
 )
-def test_closed_forms(tiny_data_bin, init, value):
-    model = build(tiny_data_bin, ARCH, *DIMS, "--admin-init", init)[0]
+@pytest.mark.parametrize("layerdrop", [[], ["--encoder-layerdrop", "0.5", "--decoder-layerdrop", "0.5"]])
+def test_closed_forms(tiny_data_bin, init, value, layerdrop):
+    model = build(tiny_data_bin, ARCH, *DIMS, "--admin-init", init, *layerdrop)[0]
+    assert model.training  # where LayerDrop skips layers when a stack's layers are iterated
     for stack, n in (("encoder", 2 * 3), ("decoder", 3 * 2)):
-        for layer in getattr(model, stack).layers:
+        for layer in stack_layers(getattr(model, stack)):
             assert torch.allclose(layer.omega, torch.full_like(layer.omega, value(n)))
             assert layer.omega.requires_grad
+
+
+def test_profiling_runs_every_layer_under_layerdrop(tiny_data_bin, tmp_path):
+    model, task, _ = build(tiny_data_bin, ARCH, *DIMS, "--encoder-layerdrop", "0.5", "--decoder-layerdrop", "0.5")
+    torch.manual_seed(5)
+    report = profile_admin_(model, [batch(task, n=16)])
+    assert [(r["layer"], r["sublayer"]) for r in report["encoder"]] == [(i, s) for i in range(3) for s in range(2)]
+    assert [(r["layer"], r["sublayer"]) for r in report["decoder"]] == [(i, s) for i in range(2) for s in range(3)]
+    assert model.encoder.layers.p == model.decoder.layers.p == 0.5  # LayerDrop is back for training
+    omegas = [layer.omega[s, 0].item() for layer in stack_layers(model.encoder) for s in range(2)]
+    assert omegas[0] == 1.0 and all(w > 1.0 for w in omegas[1:])
+
+    log = admin_train(tiny_data_bin, tmp_path / "ckpt", 2, "--encoder-layerdrop", "0.5", "--decoder-layerdrop", "0.5", cwd=tmp_path)
+    assert "Admin profile encoder layer 2 sub-layer 1" in log and "Admin: profiled 1 batch(es)" in log
 
 
 def test_omega_is_per_sublayer_and_trainable(tiny_data_bin):

@@ -12,15 +12,16 @@ from fairseq_layernorm_plugins.admin_export import fold_admin_state_dict
 ARCH = "transformer_admin_iwslt_de_en"
 
 
-@pytest.mark.parametrize("share", [[], ["--share-decoder-input-output-embed"]])
-def test_folded_model_computes_the_same_function(tiny_data_bin, share):
-    model, task, args = build(tiny_data_bin, ARCH, *TINY_MODEL, "--encoder-layers", "3", *share)
+@pytest.mark.parametrize("flags", [[], ["--share-decoder-input-output-embed"], ["--layernorm-embedding"]])
+def test_folded_model_computes_the_same_function(tiny_data_bin, flags):
+    """Plain, tied and LayerNorm-ed embeddings each fold exactly."""
+    model, task, args = build(tiny_data_bin, ARCH, *TINY_MODEL, "--encoder-layers", "3", *flags)
     gen = torch.Generator().manual_seed(0)
     with torch.no_grad():  # trained-looking omega (first sub-layers included) and LayerNorms
         for name, p in model.named_parameters():
             if name.endswith("omega"):
                 p.copy_(0.5 + 2 * torch.rand(p.shape, generator=gen))
-            elif "layer_norm" in name:
+            elif "layer_norm" in name or "layernorm" in name:
                 p.add_(0.3 * torch.randn(p.shape, generator=gen))
     model.eval()
     state, plain_args = fold_admin_state_dict(model.state_dict(), args)
@@ -34,6 +35,13 @@ def test_folded_model_computes_the_same_function(tiny_data_bin, share):
         theirs = plain.get_normalized_probs(plain(**net), log_probs=True)
     torch.testing.assert_close(theirs, ours, atol=1e-5, rtol=1e-5)
     assert not any("omega" in k for k in state)
+
+
+def test_projected_embeddings_are_refused(tiny_data_bin):
+    model, _, args = build(tiny_data_bin, ARCH, *TINY_MODEL)
+    state = {**model.state_dict(), "decoder.project_in_dim.weight": torch.zeros(32, 16)}
+    with pytest.raises(ValueError, match="decoder: embeddings projected to the model width"):
+        fold_admin_state_dict(state, args)
 
 
 def test_exported_checkpoint_decodes_with_stock_fairseq(tiny_data_bin, tmp_path):

@@ -85,7 +85,29 @@ def test_preln_rejects_dropping_the_final_norm(tiny_data_bin):
         build(tiny_data_bin, "transformer_preln_iwslt_de_en", *TINY_MODEL, "--no-decoder-final-norm")
 
 
+def retained_dropout(model):
+    """Paths of the dropout modules that stay on in eval mode."""
+    from fairseq.modules import FairseqDropout
 
+    return {name for name, m in model.named_modules() if isinstance(m, FairseqDropout) and m.apply_during_inference}
+
+
+@pytest.mark.parametrize("arch", sorted(a for a in ARCHS if a.endswith("_iwslt_de_en")))
+def test_retain_dropout_modules_takes_the_names_of_fairseqs_transformer(tiny_data_bin, arch):
+    """``fairseq-generate --retain-dropout --retain-dropout-modules TransformerEncoder
+    TransformerEncoderLayerBase`` keeps the same dropout modules on as for stock fairseq."""
+    names = ["TransformerEncoder", "TransformerEncoderLayerBase"]
+    stock = build(tiny_data_bin, "transformer_iwslt_de_en", *TINY_MODEL, "--dropout", "0.3")[0]
+    model, task, _ = build(tiny_data_bin, arch, *TINY_MODEL, "--dropout", "0.3")
+    for m in (stock, model):
+        m.make_generation_fast_(retain_dropout=True, retain_dropout_modules=names)
+    kept = retained_dropout(model)
+    assert kept == retained_dropout(stock)
+    assert {"encoder.dropout_module", "encoder.layers.0.dropout_module"} <= kept and not any(n.startswith("decoder") for n in kept)
+    src = batch(task)["net_input"]
+    with torch.no_grad():
+        a, b = (model.encoder(src["src_tokens"], src["src_lengths"])["encoder_out"][0] for _ in range(2))
+    assert not model.training and not torch.allclose(a, b)  # dropout still on in eval
 
 
 def test_preln_encoder_layer_equations(tiny_data_bin):

@@ -6,13 +6,19 @@ Post-LN with a per-sub-layer vector omega on the residual (Sec. 4.3, Eq. 5):
 (encoder: self-attn, FFN; decoder: self-attn, cross-attn, FFN). omega is a trainable
 (num_sublayers, d) parameter of each layer, saved in checkpoints. ``--admin-init``:
 
-* ``profile`` (default, the paper): profile on real training batches with omega = 1,
-  then, per stack, as the authors' code does: omega_1 = 1 and
-  omega_{i+1} = sqrt(Var(x_i * omega_i) + Var(f_i)), with x_i / f_i the input and
-  (dropout-applied) branch output of sub-layer i and Var one scalar over the whole
-  tensor (padding included, as the authors' code; ``--admin-profile-mask-padding``
-  excludes padded positions, a deviation). Profiling runs inside ``fairseq-train``,
-  just before fairseq's Trainer is built (see :mod:`fairseq_layernorm_plugins.admin_profiling`).
+* ``profile`` (default, the paper): one training-mode forward pass (dropout on) over a
+  real training batch, sequential within the pass as the authors' code
+  (Transformer-Clinic) does: per stack a running ratio starts at 1.0; at each
+  sub-layer i, in forward order, omega_i is set to the running ratio, the sub-layer
+  output LN(x_{i-1} * omega_i + f_i) already uses it, and the ratio becomes
+  sqrt(Var(x_{i-1} * omega_i) + Var(f_i)), so later sub-layers (and the decoder,
+  through the encoder output) see the rescaled activations. Var is one scalar over
+  the whole tensor (padding included, as the authors' code;
+  ``--admin-profile-mask-padding`` excludes padded positions, a deviation). With
+  ``--admin-profile-batches N`` each batch is profiled this way on its own and each
+  omega is the mean of its N values (the paper uses one batch). Profiling runs inside
+  ``fairseq-train``, just before fairseq's Trainer is built, with every layer run
+  (LayerDrop off for the pass); see :mod:`fairseq_layernorm_plugins.admin_profiling`.
 * ``closed-logn`` / ``closed-n`` / ``closed-1``: the authors' later admin-torch closed
   forms, one omega = sqrt(v) per stack for an O(log n) / O(n) / O(1) output change,
   n = number of residual sub-layers of the stack (2 N_e or 3 N_d).
@@ -26,7 +32,7 @@ from fairseq.models import register_model
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 
 from fairseq_layernorm_plugins.models.base import POST_LN_ONLY, PluginTransformerModel, register_arch_family
-from fairseq_layernorm_plugins.modules import SublayerResidualMixin
+from fairseq_layernorm_plugins.modules import SublayerResidualMixin, stack_layers
 
 ADMIN_INITS = ("profile", "closed-logn", "closed-n", "closed-1", "none")
 
@@ -37,15 +43,25 @@ def admin_closed_form_omega(num_sublayers, scale):
     return math.sqrt(v[scale])
 
 
-def admin_profiled_omegas(input_vars, branch_vars):
-    """omega_1 = 1, omega_{i+1} = sqrt(omega_i^2 Var(x_i) + Var(f_i)) over one stack's
-    sub-layers in order (Liu et al. 2020, Sec. 4.3; the authors' Transformer-Clinic code).
-    Returns one scalar per sub-layer."""
-    omegas, omega = [], 1.0
-    for var_x, var_f in zip(input_vars, branch_vars):
-        omegas.append(omega)
-        omega = math.sqrt(omega**2 * var_x + var_f)
-    return omegas
+def admin_next_omega(var_scaled_input, var_branch):
+    """The running ratio after sub-layer i, the next sub-layer's omega:
+    sqrt(Var(x_{i-1} * omega_i) + Var(f_i)) (Liu et al. 2020, Sec. 4.3; Transformer-Clinic)."""
+    return math.sqrt(var_scaled_input + var_branch)
+
+
+class AdminProfile:
+    """One stack's state during a sequential profiling pass: the running ratio (the next
+    sub-layer's omega, 1.0 at the start) and one row per sub-layer in forward order:
+    (layer, sub-layer index from 0, Var(x * omega), Var(f), omega)."""
+
+    def __init__(self, mask_padding=False):
+        self.ratio = 1.0
+        self.rows = []
+        self.mask_padding = mask_padding
+
+    def record(self, layer, sublayer, var_scaled_input, var_branch):
+        self.rows.append((layer, sublayer, var_scaled_input, var_branch, self.ratio))
+        self.ratio = admin_next_omega(var_scaled_input, var_branch)
 
 
 class AdminLayerMixin(SublayerResidualMixin):
@@ -53,18 +69,21 @@ class AdminLayerMixin(SublayerResidualMixin):
 
     def admin_init_(self, embed_dim):
         self.omega = nn.Parameter(torch.ones(self.num_sublayers, embed_dim))
-        self.profile_stats = None  # a list while profiling: (Var(x_i), Var(f_i)) per sub-layer
-        self.profile_mask_padding = False
+        self.profile = None  # the stack's AdminProfile during a profiling pass
         self.profile_mask = None  # (T, B, 1) bool of real tokens, when padding is excluded
 
     def set_profile_mask(self, padding_mask):
         """padding_mask: (B, T) True at padding, or None."""
-        masking = self.profile_stats is not None and self.profile_mask_padding and padding_mask is not None
+        masking = self.profile is not None and self.profile.mask_padding and padding_mask is not None
         self.profile_mask = ~padding_mask.t().unsqueeze(-1) if masking else None
 
     def combine(self, x, residual, sublayer):
-        if self.profile_stats is not None:
-            self.profile_stats.append((self._variance(residual), self._variance(x)))
+        """x: the branch output f_i (T, B, C); residual: x_{i-1} (T, B, C)."""
+        if self.profile is not None:  # omega_i <- the running ratio, used at once (sequential profiling)
+            self.omega.data[sublayer - 1].fill_(self.profile.ratio)
+            scaled = residual * self.omega[sublayer - 1]
+            self.profile.record(self, sublayer - 1, self._variance(scaled), self._variance(x))
+            return scaled + x
         return residual * self.omega[sublayer - 1] + x
 
     def _variance(self, t):
@@ -117,15 +136,16 @@ class TransformerAdminModel(PluginTransformerModel):
     def build_model(cls, args, task):
         model = super().build_model(args, task)
         if args.admin_init.startswith("closed-"):
-            for stack in (model.encoder, model.decoder):
-                n = sum(layer.num_sublayers for layer in stack.layers)
+            for layers in model.admin_layers().values():
+                n = sum(layer.num_sublayers for layer in layers)
                 with torch.no_grad():
-                    for layer in stack.layers:
+                    for layer in layers:
                         layer.omega.fill_(admin_closed_form_omega(n, args.admin_init))
         return model
 
     def admin_layers(self):
-        return {"encoder": list(self.encoder.layers), "decoder": list(self.decoder.layers)}
+        """{"encoder" | "decoder": every layer of the stack, LayerDrop or not}."""
+        return {"encoder": stack_layers(self.encoder), "decoder": stack_layers(self.decoder)}
 
 
 def admin_defaults(args):

@@ -9,6 +9,7 @@ from fairseq_layernorm_plugins.modules.residual import SublayerResidualMixin, re
 from fairseq_layernorm_plugins.modules.stacks import (
     PluginTransformerDecoder,
     PluginTransformerEncoder,
+    stack_layers,
 )
 
 __all__ = [
@@ -16,4 +17,5 @@ __all__ = [
     "PluginTransformerDecoder",
     "SublayerResidualMixin",
     "remove_layer_norms",
+    "stack_layers",
 ]

@@ -6,9 +6,26 @@ argument, or a class attribute of a subclass) instead and wrap it exactly as fai
 does (activation checkpointing, FSDP).
 """
 from fairseq.distributed import fsdp_wrap
+from fairseq.modules import FairseqDropout
 from fairseq.models.transformer import TransformerDecoderBase, TransformerEncoderBase
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 from fairseq.modules.checkpoint_activations import checkpoint_wrapper
+
+
+def stack_layers(stack):
+    """Every layer of an encoder or decoder, in order. Iterating ``stack.layers`` in
+    training mode under LayerDrop (a ``LayerDropModuleList``) skips layers at random;
+    indexing does not."""
+    return [stack.layers[i] for i in range(len(stack.layers))]
+
+
+def name_dropout_modules(module, name, own_name):
+    """Give the dropout modules fairseq named after ``own_name`` (the method's class) the
+    stock name ``name``, so ``--retain-dropout-modules`` takes the names it takes for
+    fairseq's own transformer (TransformerEncoder, TransformerEncoderLayerBase, ...)."""
+    for child in module.modules():
+        if isinstance(child, FairseqDropout) and child.module_name == own_name:
+            child.module_name = name
 
 
 def wrap_layer(layer, cfg):
@@ -33,9 +50,12 @@ class PluginTransformerEncoder(TransformerEncoderBase):
         if layer_cls is not None:
             self.layer_cls = layer_cls  # set before fairseq's __init__, which builds the layers
         super().__init__(cfg, dictionary, embed_tokens, return_fc=return_fc)
+        name_dropout_modules(self.dropout_module, "TransformerEncoder", type(self).__name__)
 
     def build_encoder_layer(self, cfg):
-        return wrap_layer(self.layer_cls(cfg, return_fc=self.return_fc), cfg)
+        layer = self.layer_cls(cfg, return_fc=self.return_fc)
+        name_dropout_modules(layer, TransformerEncoderLayerBase.__name__, type(layer).__name__)
+        return wrap_layer(layer, cfg)
 
 
 class PluginTransformerDecoder(TransformerDecoderBase):
@@ -50,6 +70,9 @@ class PluginTransformerDecoder(TransformerDecoderBase):
         if layer_cls is not None:
             self.layer_cls = layer_cls  # set before fairseq's __init__, which builds the layers
         super().__init__(cfg, dictionary, embed_tokens, no_encoder_attn, output_projection)
+        name_dropout_modules(self.dropout_module, "TransformerDecoder", type(self).__name__)
 
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
-        return wrap_layer(self.layer_cls(cfg, no_encoder_attn=no_encoder_attn), cfg)
+        layer = self.layer_cls(cfg, no_encoder_attn=no_encoder_attn)
+        name_dropout_modules(layer, TransformerDecoderLayerBase.__name__, type(layer).__name__)
+        return wrap_layer(layer, cfg)
