@@ -97,3 +97,16 @@ def test_table_layout_mean_std_and_difference():
     assert "| method | 6L-6L ours | 6L-6L paper | 6L-6L diff | 18L-18L ours | 18L-18L paper | 18L-18L diff |" in markdown
     assert "| postln | 27.50 +- 0.71 (2) | 27.80 | -0.30 | 0.30 (1) | failed |  |" in markdown
     assert "postln,6L-6L,27.50,0.71,2,27.80,-0.30" in table_csv and "iwslt" not in table_csv
+
+
+def test_log_curves_place_a_validation_between_logged_updates(tmp_path):
+    """A validation at an update that no train_inner line logged (the end of a
+    time-budgeted run) lands at its extrapolated epoch, not at the next epoch."""
+    inner = '2026 | INFO | train_inner | {{"epoch": 3, "update": {e}, "loss": "5.0", "num_updates": "{u}", "wall": "{w}"}}'
+    lines = [inner.format(e=2.0 + u / 250, u=500 + u, w=100 + u) for u in (25, 50, 75, 100)]
+    lines.append('2026 | INFO | valid | {"epoch": 3, "valid_loss": "4.9", "valid_nll_loss": "3.5", "valid_num_updates": "610"}')
+    lines.append('2026 | INFO | train | {"epoch": 3, "train_loss": "4.9", "train_num_updates": "610", "train_wall": "212"}')
+    (tmp_path / "train.log").write_text("\n".join(lines) + "\n")
+    curves = read_log_curves(tmp_path / "train.log")
+    assert curves["valid"][0]["epoch"] == pytest.approx(2.0 + 110 / 250)  # 250 updates per epoch, as logged
+    assert curves["end"] == {"update": 610, "wall": 212.0}

@@ -124,10 +124,25 @@ def read_log_curves(log_path):
             record = json.loads(line.split("| valid | ", 1)[1])
             update = int(record.get("valid_num_updates", 0))
             bleu = record.get("valid_bleu")
-            curves["valid"].append({"epoch": epoch_at.get(update, float(record["epoch"])), "update": update,
+            curves["valid"].append({"epoch": _epoch_at(epoch_at, update, float(record["epoch"])), "update": update,
                                     "loss": float(record["valid_loss"]), "nll_loss": float(record.get("valid_nll_loss", "nan")),
                                     "bleu": None if bleu is None else float(bleu)})
     return curves
+
+
+def _epoch_at(epoch_at, update, fallback):
+    """The fractional epoch of ``update``: logged, or extrapolated from the last logged
+    update before it within the same epoch (a validation at the end of training falls
+    between two ``train_inner`` lines); ``fallback`` when nothing was logged before it."""
+    if update in epoch_at:
+        return epoch_at[update]
+    before = [u for u in epoch_at if u < update and int(epoch_at[u]) == int(fallback) - 1]
+    if not before:
+        return fallback
+    last = max(before)
+    first = min(before, key=lambda u: epoch_at[u])  # two points of this epoch give updates per epoch
+    per_update = (epoch_at[last] - epoch_at[first]) / (last - first) if last > first else 0.0
+    return min(epoch_at[last] + (update - last) * per_update, fallback)
 
 
 def baseline_rows(run_dirs, baseline="postln"):
@@ -164,8 +179,8 @@ def baseline_report(run_dirs, out, title, baseline="postln", notes=()):
         writer = csv.writer(f)
         writer.writerow(["method", "bleu", "bleu_diff", "updates", "updates_diff", "minutes", "minutes_diff", "valid_loss", "signature"])
         for r in rows:
-            diffs = [("" if r[f"{k}_diff"] is None else fmt.format(r[f"{k}_diff"])) for k, fmt in
-                     (("bleu", "{:+.2f}"), ("updates", "{:+d}"), ("minutes", "{:+.1f}"))]
+            diffs = [("" if r[f"{k}_diff"] is None else fmt.format(round(r[f"{k}_diff"], digits) + 0)) for k, fmt, digits in
+                     (("bleu", "{:+.2f}", 2), ("updates", "{:+d}", 0), ("minutes", "{:+.1f}", 1))]  # + 0: no "-0.0"
             valid = "" if r["valid_loss"] is None else f"{r['valid_loss']:.3f}"
             lines.append(f"| {r['method']} | {r['bleu']:.2f} | {diffs[0]} | {r['updates']} | {diffs[1]} | {r['minutes']:.1f} | {diffs[2]} | {valid} |")
             writer.writerow([r["method"], f"{r['bleu']:.2f}", diffs[0], r["updates"], diffs[1], f"{r['minutes']:.2f}", diffs[2], valid, r["signature"] or ""])
