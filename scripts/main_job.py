@@ -38,10 +38,9 @@ CORPORA = {
 def prepare_data(args):
     """Prepare the corpus (skipped when up to date); returns its stamp."""
     if args.corpus == "multi30k":
-        from fairseq_layernorm_plugins.prepare.multi30k import URL, prepare
+        from fairseq_layernorm_plugins.prepare.multi30k import URL, default_raw_dir, prepare
 
-        raw_dir = args.raw_dir or (SHARED / "multi30k" / "task1_raw" if (SHARED / "multi30k" / "task1_raw").is_dir() else None)
-        return prepare(args.data, raw_dir=raw_dir, download_dir=args.download_dir, url=args.url or URL,
+        return prepare(args.data, raw_dir=args.raw_dir or default_raw_dir(), download_dir=args.download_dir, url=args.url or URL,
                        test_lines=args.test_lines or None)
     from fairseq_layernorm_plugins.prepare.iwslt14_mini import prepare
 

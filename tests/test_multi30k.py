@@ -115,7 +115,7 @@ def test_corrupt_gzip_is_a_one_line_error(tmp_path):
 
 
 def test_main_job_offline_ends_with_one_line_naming_the_url(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(main_job, "SHARED", tmp_path / "no-shared")  # a user's machine: no ../shared/data
+    monkeypatch.setattr(multi30k, "SHARED_RAW", tmp_path / "no-shared")  # a user's machine: no ../shared/data
     monkeypatch.setattr(fetch.time, "sleep", lambda seconds: None)
     url = closed_port_url()
     with pytest.raises(SystemExit) as exit_:
@@ -129,7 +129,7 @@ def test_main_job_offline_ends_with_one_line_naming_the_url(tmp_path, monkeypatc
 
 
 def test_main_job_end_to_end_through_the_download_path(tmp_path, monkeypatch, mirror):
-    monkeypatch.setattr(main_job, "SHARED", tmp_path / "no-shared")
+    monkeypatch.setattr(multi30k, "SHARED_RAW", tmp_path / "no-shared")
     runs = tmp_path / "runs"
     with file_server(mirror) as (url, requests):
         main_job.main(["--url", url, "--download-dir", str(tmp_path / "downloads"), "--data", str(tmp_path / "data"),

@@ -6,8 +6,10 @@ argument, or a class attribute of a subclass) instead and wrap it exactly as fai
 does (activation checkpointing, FSDP).
 """
 from fairseq.distributed import fsdp_wrap
-from fairseq.modules import FairseqDropout
 from fairseq.models.transformer import TransformerDecoderBase, TransformerEncoderBase
+from fairseq.models.transformer.transformer_decoder import module_name_fordropout as decoder_dropout_name
+from fairseq.models.transformer.transformer_encoder import module_name_fordropout as encoder_dropout_name
+from fairseq.modules import FairseqDropout
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 
@@ -20,9 +22,9 @@ def stack_layers(stack):
 
 
 def name_dropout_modules(module, name, own_name):
-    """Give the dropout modules fairseq named after ``own_name`` (the method's class) the
-    stock name ``name``, so ``--retain-dropout-modules`` takes the names it takes for
-    fairseq's own transformer (TransformerEncoder, TransformerEncoderLayerBase, ...)."""
+    """Give the dropout modules fairseq named after ``own_name`` (a method's layer class)
+    the stock name ``name``, so ``--retain-dropout-modules`` takes the names it takes for
+    fairseq's own transformer (TransformerEncoderLayerBase, ...)."""
     for child in module.modules():
         if isinstance(child, FairseqDropout) and child.module_name == own_name:
             child.module_name = name
@@ -50,7 +52,7 @@ class PluginTransformerEncoder(TransformerEncoderBase):
         if layer_cls is not None:
             self.layer_cls = layer_cls  # set before fairseq's __init__, which builds the layers
         super().__init__(cfg, dictionary, embed_tokens, return_fc=return_fc)
-        name_dropout_modules(self.dropout_module, "TransformerEncoder", type(self).__name__)
+        self.dropout_module.module_name = encoder_dropout_name(TransformerEncoderBase.__name__)  # as stock fairseq
 
     def build_encoder_layer(self, cfg):
         layer = self.layer_cls(cfg, return_fc=self.return_fc)
@@ -70,7 +72,7 @@ class PluginTransformerDecoder(TransformerDecoderBase):
         if layer_cls is not None:
             self.layer_cls = layer_cls  # set before fairseq's __init__, which builds the layers
         super().__init__(cfg, dictionary, embed_tokens, no_encoder_attn, output_projection)
-        name_dropout_modules(self.dropout_module, "TransformerDecoder", type(self).__name__)
+        self.dropout_module.module_name = decoder_dropout_name(TransformerDecoderBase.__name__)  # as stock fairseq
 
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
         layer = self.layer_cls(cfg, no_encoder_attn=no_encoder_attn)

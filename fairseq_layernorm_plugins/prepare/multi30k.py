@@ -49,6 +49,11 @@ TEST_SETS = ("test_2016_flickr", "test_2017_flickr", "test_2017_mscoco", "test_2
 SHARED_RAW = Path(__file__).resolve().parents[3] / "shared" / "data" / "multi30k" / "task1_raw"
 
 
+def default_raw_dir():
+    """../shared/data/multi30k/task1_raw when it exists, else None (download)."""
+    return SHARED_RAW if SHARED_RAW.is_dir() else None
+
+
 def raw_files(names, raw_dir=None, download_dir="data/downloads", url=URL, retries=3, wait=5.0):
     """{name: path} of the verified ``.gz`` files: from ``raw_dir``, or downloaded from
     ``url`` (``{name}`` in it) into ``download_dir/multi30k/`` (kept as a cache)."""
@@ -100,7 +105,7 @@ def prepare(out_dir, raw_dir=None, download_dir="data/downloads", src="de", tgt=
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--raw-dir", default=str(SHARED_RAW) if SHARED_RAW.is_dir() else None,
+    parser.add_argument("--raw-dir", default=default_raw_dir(),
                         help="folder holding the raw .gz files (default: ../shared/data/multi30k/task1_raw if present, else download)")
     parser.add_argument("--download-dir", default="data/downloads", help="download cache (default: data/downloads)")
     parser.add_argument("--out", default="data/multi30k.de-en", help="output directory (default: data/multi30k.de-en)")

@@ -140,7 +140,7 @@ def _epoch_at(epoch_at, update, fallback):
     if not before:
         return fallback
     last = max(before)
-    first = min(before, key=lambda u: epoch_at[u])  # two points of this epoch give updates per epoch
+    first = min(before)  # two points of this epoch give its epochs per update
     per_update = (epoch_at[last] - epoch_at[first]) / (last - first) if last > first else 0.0
     return min(epoch_at[last] + (update - last) * per_update, fallback)
 
