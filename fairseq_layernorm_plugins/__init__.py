@@ -10,6 +10,7 @@ Layout:
     optim/         optimizers (``radam``) and, in ``optim/lr_scheduler/``, LR schedules
 """
 from fairseq_layernorm_plugins._compat import (
+    bf16_on_cuda,
     check_fairseq,
     enable_fairseq_checkpoint_loading,
     keep_last_batch,
@@ -18,6 +19,7 @@ from fairseq_layernorm_plugins._compat import (
 enable_fairseq_checkpoint_loading()
 check_fairseq()
 keep_last_batch()
+bf16_on_cuda()
 
 from fairseq_layernorm_plugins import models, optim  # noqa: E402,F401  (registers everything)
 from fairseq_layernorm_plugins.admin_profiling import install_trainer_hook  # noqa: E402

@@ -85,3 +85,34 @@ def keep_last_batch():
     batch_by_size.__doc__ = original.__doc__
     batch_by_size.keeps_last_batch = True
     data_utils.batch_by_size = batch_by_size
+
+
+def bf16_on_cuda():
+    """Let ``--bf16`` train on a GPU (fairseq 0.12.x).
+
+    fairseq's argument parsing turns ``--bf16`` into ``--tpu`` (``options.py``: "use
+    bfloat16; implies --tpu"), so a ``--bf16`` run on a GPU imports ``torch_xla`` and
+    dies. This wraps ``distributed_utils.call_main`` (what ``fairseq-train`` and
+    ``fairseq-hydra-train`` start through) so that, when CUDA is there and torch_xla is
+    not, such a run trains on the GPU instead: the model and batches in bfloat16 with fp32
+    master weights and no loss scaling (fairseq's own ``FP16Optimizer`` bf16 path). A run
+    that would have worked (a real TPU) is left as it is.
+    """
+    import importlib.util
+
+    import torch
+    from fairseq.distributed import utils as distributed_utils
+
+    original = distributed_utils.call_main
+    if getattr(original, "bf16_on_cuda", False):
+        return
+
+    def call_main(cfg, main, **kwargs):
+        common = cfg.common
+        if common.bf16 and common.tpu and not common.cpu and torch.cuda.is_available() and importlib.util.find_spec("torch_xla") is None:
+            common.tpu = cfg.distributed_training.tpu = False  # the latter is a copy after argparse
+        return original(cfg, main, **kwargs)
+
+    call_main.bf16_on_cuda = True
+    call_main.__doc__ = original.__doc__
+    distributed_utils.call_main = call_main

@@ -84,3 +84,22 @@ def test_fairseq_datasets_use_the_fix(tiny_data_bin):
     dataset = task.dataset("valid")
     batches = dataset.batch_by_size(np.arange(43, dtype=np.int64), max_tokens=4000, required_batch_size_multiple=8)
     assert sum(len(b) for b in batches) == 43
+
+
+@pytest.mark.parametrize("cuda, flags, tpu", [(True, ["--bf16"], False), (False, ["--bf16"], True), (True, ["--fp16"], False)])
+def test_bf16_trains_on_the_gpu_not_a_tpu(cuda, flags, tpu, tiny_data_bin, monkeypatch):
+    """fairseq's parser makes --bf16 imply --tpu; with CUDA and no torch_xla the run goes to the GPU."""
+    import torch
+    from fairseq import options
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq.distributed import utils as distributed_utils
+
+    import fairseq_layernorm_plugins  # noqa: F401  (installs the fix)
+
+    args = options.parse_args_and_arch(options.get_training_parser(), [str(tiny_data_bin), "--arch", "transformer", *flags])
+    cfg = convert_namespace_to_omegaconf(args)
+    assert cfg.common.tpu == ("--bf16" in flags)  # fairseq's own parsing
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    seen = []
+    distributed_utils.call_main(cfg, lambda c: seen.append((c.common.tpu, c.distributed_training.tpu, c.common.bf16)))
+    assert seen == [(tpu, tpu, "--bf16" in flags)]

@@ -104,10 +104,11 @@ def render(rows, table):
 
 
 def read_log_curves(log_path):
-    """{"train": [{"epoch", "update", "loss", "wall"}], "valid": [{"epoch", "update", "loss", "nll_loss", "bleu"}],
+    """{"train": [{"epoch", "update", "loss", "wall", "wps", "loss_scale"}], "valid": [{"epoch", "update", "loss", "nll_loss", "bleu"}],
     "end": {"update", "wall"}} from a fairseq json log; "epoch" is fractional (fairseq's progress
     within the epoch), so validations every N updates fall where they happened; "end" is the
-    last update and wall-clock second logged (``train_inner`` or end-of-epoch ``train``)."""
+    last update and wall-clock second logged (``train_inner`` or end-of-epoch ``train``); "wps" (target
+    words per second) and "loss_scale" (``--fp16`` only) are None where fairseq logged none."""
     curves = {"train": [], "valid": [], "end": {"update": 0, "wall": 0.0}}
     epoch_at = {}
     for line in Path(log_path).read_text(errors="replace").splitlines():
@@ -119,7 +120,8 @@ def read_log_curves(log_path):
             curves["end"] = {"update": max(update, curves["end"]["update"]), "wall": max(wall, curves["end"]["wall"])}
             if inner:
                 epoch_at[update] = float(record["update"])  # fairseq logs epoch - 1 + progress here
-                curves["train"].append({"epoch": epoch_at[update], "update": update, "loss": float(record["loss"]), "wall": wall})
+                curves["train"].append({"epoch": epoch_at[update], "update": update, "loss": float(record["loss"]), "wall": wall,
+                                        "wps": _optional(record.get("wps")), "loss_scale": _optional(record.get("loss_scale"))})
         elif "| valid | {" in line:
             record = json.loads(line.split("| valid | ", 1)[1])
             update = int(record.get("valid_num_updates", 0))
@@ -128,6 +130,10 @@ def read_log_curves(log_path):
                                     "loss": float(record["valid_loss"]), "nll_loss": float(record.get("valid_nll_loss", "nan")),
                                     "bleu": None if bleu is None else float(bleu)})
     return curves
+
+
+def _optional(value):
+    return None if value is None else float(value)
 
 
 def _epoch_at(epoch_at, update, fallback):

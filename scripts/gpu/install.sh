@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Install this repository on an offline GPU node from a bundle made by scripts/gpu/collect.py,
+# into the Python environment that already holds the node's CUDA build of torch (kept as it is:
+# nothing is downloaded, no torch is installed, packages the node has are left alone).
+#
+#   bash scripts/gpu/install.sh BUNDLE
+#
+#   PYTHON=path                 interpreter whose environment receives the packages (default: python3;
+#                               for isolation, make one with `python3 -m venv --system-site-packages`)
+#   FAIRSEQ_CUDA_EXTENSIONS=1   also compile fairseq's optional CUDA kernels (slow; needs nvcc and
+#                               CUDA_HOME); by default they are skipped: translation does not use them
+#
+# Steps: fairseq-fixed compiled from its sdist against the node's torch (no build isolation, no
+# dependencies: its torchaudio / scikit-learn requirements serve speech code only); the names in
+# scripts/gpu/requirements*.txt the node lacks (lines marked "exact" at their pinned version);
+# this repository in editable mode (fairseq imports --user-dir by folder); then an import check.
+# Idempotent: a second run finds everything installed and only checks.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+bundle=${1:?usage: bash scripts/gpu/install.sh BUNDLE (a folder made by scripts/gpu/collect.py)}
+PYTHON=${PYTHON:-python3}
+wheels="$bundle/wheels"
+fail() { echo "install: error: $*" >&2; exit 2; }
+
+[ -d "$wheels" ] || fail "$wheels: no such folder (make the bundle with scripts/gpu/collect.py)"
+missing=$("$PYTHON" -c '
+import importlib.util
+need = {"torch": "torch", "numpy": "numpy", "Cython": "cython", "setuptools": "setuptools", "sacrebleu": "sacrebleu", "pip": "pip"}
+print(" ".join(label for module, label in need.items() if importlib.util.find_spec(module) is None))
+') || fail "$PYTHON does not run"
+[ -z "$missing" ] || fail "$PYTHON lacks: $missing; install them first (torch: the node's CUDA build, before anything else)"
+if ! "$PYTHON" -c 'import sklearn' 2>/dev/null && ! ls "$wheels"/scikit_learn-*.whl >/dev/null 2>&1; then
+    fail "$PYTHON lacks scikit-learn (fairseq imports it) and $bundle has none: install it, or collect with --with-scikit-learn"
+fi
+start=$(date +%s)
+pip=("$PYTHON" -m pip install --no-index --find-links "$wheels" --disable-pip-version-check --progress-bar off)
+
+sdist=$(ls "$wheels"/fairseq_fixed-*.tar.gz 2>/dev/null | head -n 1)
+[ -n "$sdist" ] || fail "$wheels: no fairseq_fixed-*.tar.gz"
+version=${sdist##*/fairseq_fixed-}
+version=${version%.tar.gz}
+if [ "$("$PYTHON" -m pip show fairseq-fixed 2>/dev/null | sed -n 's/^Version: //p')" = "$version" ]; then
+    echo "install: fairseq-fixed $version already installed"
+else
+    echo "install: compiling fairseq-fixed $version against $("$PYTHON" -c 'import torch; print("torch", torch.__version__)') (a few minutes) ..."
+    if [ "${FAIRSEQ_CUDA_EXTENSIONS:-0}" = 1 ]; then
+        "${pip[@]}" --no-build-isolation --no-deps "$sdist"
+    else  # fairseq's setup.py adds its CUDA kernels whenever CUDA_HOME is set
+        env -u CUDA_HOME "${pip[@]}" --no-build-isolation --no-deps "$sdist"
+    fi
+fi
+
+# requirement names without their versions, but for the lines marked "exact"; fairseq-fixed is done
+mapfile -t requirements < <(sed -E -e '/^[[:space:]]*(#|$)/d' -e '/^fairseq-fixed/d' -e '/#[[:space:]]*exact/!s/[[:space:]]*==.*//' \
+    -e 's/[[:space:]]*#.*//' "$here/requirements.txt" "$here/requirements-scikit-learn.txt")
+"${pip[@]}" "${requirements[@]}"
+"${pip[@]}" --no-deps --no-build-isolation -e "$repo"
+"$PYTHON" -c '
+import fairseq, torch
+import fairseq_layernorm_plugins
+print(f"install: fairseq {fairseq.__version__}, torch {torch.__version__} (CUDA: {torch.cuda.is_available()}), "
+      f"fairseq_layernorm_plugins from {fairseq_layernorm_plugins.__path__[0]}")
+'
+echo "install: done in $(( $(date +%s) - start )) s; next: $PYTHON scripts/gpu/check.py --out gpu_check"
