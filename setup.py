@@ -39,7 +39,7 @@ setup(
         "pyyaml",
     ],
     extras_require={
-        "test": ["pytest>=7", "pytest-timeout"],
+        "test": ["pytest>=7", "pytest-timeout", "pytest-xdist"],
         "plots": ["matplotlib>=3.5"],
         "slurm": ["submitit>=1.4"],
         "tensorboard": ["tensorboardX>=2.5"],

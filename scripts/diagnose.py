@@ -3,7 +3,7 @@
 batches of a data-bin (see fairseq_layernorm_plugins/diagnostics.py), as JSON + PNG:
 
     python scripts/diagnose.py data/iwslt14-mini/bin --out docs/diagnostics \\
-        --archs transformer_iwslt_de_en transformer_preln_iwslt_de_en transformer_admin_iwslt_de_en \\
+        --archs transformer_postln_iwslt_de_en transformer_preln_iwslt_de_en transformer_admin_iwslt_de_en \\
         --depths 2 6 12 24 -- --encoder-embed-dim 64 --decoder-embed-dim 64 ...
 
 OUT/diagnostics.json, OUT/grad_norms.png (FFN fc2 gradient norm per layer, deepest
@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-ARCHS = ("transformer_iwslt_de_en", "transformer_preln_iwslt_de_en", "transformer_admin_iwslt_de_en",
+ARCHS = ("transformer_postln_iwslt_de_en", "transformer_preln_iwslt_de_en", "transformer_admin_iwslt_de_en",
          "transformer_tfixup_iwslt_de_en", "transformer_b2t_iwslt_de_en", "transformer_deepnet_iwslt_de_en")
 
 

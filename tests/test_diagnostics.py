@@ -23,12 +23,12 @@ def mini_bin(tmp_path_factory):
 def measured(mini_bin):
     """{(arch, layers): (grad norms, output change after one Adam update, dependency, cosine)}"""
     results = {}
-    for arch in ("transformer_iwslt_de_en", "transformer_preln_iwslt_de_en", "transformer_admin_iwslt_de_en", "transformer_tfixup_iwslt_de_en"):
+    for arch in ("transformer_postln_iwslt_de_en", "transformer_preln_iwslt_de_en", "transformer_admin_iwslt_de_en", "transformer_tfixup_iwslt_de_en"):
         for layers in (2, 12):
             model, criterion, task = D.build(mini_bin, arch, *SMALL, "--encoder-layers", layers, "--decoder-layers", layers)
             sample = D.sample_batch(task, sentences=16)
             D.prepare_model(model, sample)
-            results[arch.replace("_iwslt_de_en", ""), layers] = (
+            results[arch.replace("_iwslt_de_en", "").replace("_postln", ""), layers] = (  # Post-LN as "transformer"
                 D.grad_norms(model, criterion, sample), D.output_change(model, criterion, sample, "adam"),
                 D.dependency(model, sample), D.layer_cosine(model, sample))
     return results

@@ -3,6 +3,7 @@ from fairseq_layernorm_plugins.models import (  # noqa: F401
     transformer_admin,
     transformer_b2t,
     transformer_deepnet,
+    transformer_postln,
     transformer_preln,
     transformer_tfixup,
 )

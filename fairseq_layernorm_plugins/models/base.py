@@ -10,10 +10,12 @@ import argparse
 from fairseq.models import register_model_architecture
 from fairseq.models.transformer import TransformerConfig, TransformerModel
 from fairseq.models.transformer import transformer_legacy as fairseq_archs
-from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 from omegaconf import OmegaConf
 
 from fairseq_layernorm_plugins.modules import (
+    INIT_STYLES,
+    PluginDecoderLayer,
+    PluginEncoderLayer,
     PluginTransformerDecoder,
     PluginTransformerEncoder,
 )
@@ -23,10 +25,18 @@ class PluginTransformerModel(TransformerModel):
     """fairseq's legacy ``TransformerModel`` (same args, checkpoints, generation) whose
     encoder and decoder layers are :attr:`encoder_layer_cls` and :attr:`decoder_layer_cls`."""
 
-    encoder_layer_cls = TransformerEncoderLayerBase
-    decoder_layer_cls = TransformerDecoderLayerBase
+    encoder_layer_cls = PluginEncoderLayer
+    decoder_layer_cls = PluginDecoderLayer
     # command-line flags the method cannot honour: {arg name: why}
     incompatible_flags = {}
+
+    @staticmethod
+    def add_args(parser):
+        TransformerModel.add_args(parser)
+        parser.add_argument("--init-style", choices=INIT_STYLES,
+                            help="paper: fairseq 0.8/0.9's initialisation, which every paper's numbers come from (fc1/fc2 "
+                                 "Xavier-uniform with zero bias, attention q/k/v biases zero); fairseq: fairseq 0.12's, as its "
+                                 "stock transformer (nn.Linear defaults). Default: paper")
 
     @classmethod
     def build_model(cls, args, task):
@@ -91,6 +101,7 @@ def register_arch_family(model_name, method_defaults):
         arch_name = model_name + suffix
 
         def arch(args, size_defaults=size_defaults):
+            args.init_style = getattr(args, "init_style", "paper")
             method_defaults(args)
             size_defaults(args)
 

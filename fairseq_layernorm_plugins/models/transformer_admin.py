@@ -29,10 +29,9 @@ import math
 import torch
 import torch.nn as nn
 from fairseq.models import register_model
-from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 
 from fairseq_layernorm_plugins.models.base import POST_LN_ONLY, PluginTransformerModel, register_arch_family
-from fairseq_layernorm_plugins.modules import SublayerResidualMixin, stack_layers
+from fairseq_layernorm_plugins.modules import PluginDecoderLayer, PluginEncoderLayer, SublayerResidualMixin, stack_layers
 
 ADMIN_INITS = ("profile", "closed-logn", "closed-n", "closed-1", "none")
 
@@ -93,7 +92,7 @@ class AdminLayerMixin(SublayerResidualMixin):
         return t.var(unbiased=False).item()  # np.var over the whole tensor, as the authors
 
 
-class AdminEncoderLayer(AdminLayerMixin, TransformerEncoderLayerBase):
+class AdminEncoderLayer(AdminLayerMixin, PluginEncoderLayer):
     def __init__(self, cfg, return_fc=False):
         super().__init__(cfg, return_fc=return_fc)
         self.admin_init_(cfg.encoder.embed_dim)
@@ -103,7 +102,7 @@ class AdminEncoderLayer(AdminLayerMixin, TransformerEncoderLayerBase):
         return super().forward(x, encoder_padding_mask, attn_mask)
 
 
-class AdminDecoderLayer(AdminLayerMixin, TransformerDecoderLayerBase):
+class AdminDecoderLayer(AdminLayerMixin, PluginDecoderLayer):
     def __init__(self, cfg, no_encoder_attn=False, add_bias_kv=False, add_zero_attn=False):
         super().__init__(cfg, no_encoder_attn, add_bias_kv, add_zero_attn)
         self.admin_init_(cfg.decoder.embed_dim)

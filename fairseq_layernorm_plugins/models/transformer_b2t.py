@@ -18,10 +18,9 @@ Options:
 """
 import torch
 from fairseq.models import register_model
-from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 
 from fairseq_layernorm_plugins.models.base import POST_LN_ONLY, PluginTransformerModel, register_arch_family
-from fairseq_layernorm_plugins.modules import SublayerResidualMixin, remove_layer_norms
+from fairseq_layernorm_plugins.modules import PluginDecoderLayer, PluginEncoderLayer, SublayerResidualMixin, remove_layer_norms
 
 
 def b2t_no_ln_alpha(num_layers):
@@ -62,13 +61,13 @@ class B2TLayerMixin(SublayerResidualMixin):
         return self.layer_input + residual + x  # Eq. 5
 
 
-class B2TEncoderLayer(B2TLayerMixin, TransformerEncoderLayerBase):
+class B2TEncoderLayer(B2TLayerMixin, PluginEncoderLayer):
     def __init__(self, cfg, return_fc=False):
         super().__init__(cfg, return_fc=return_fc)
         self.b2t_init_(cfg, cfg.encoder.layers, cfg.encoder.embed_dim)
 
 
-class B2TDecoderLayer(B2TLayerMixin, TransformerDecoderLayerBase):
+class B2TDecoderLayer(B2TLayerMixin, PluginDecoderLayer):
     def __init__(self, cfg, no_encoder_attn=False, add_bias_kv=False, add_zero_attn=False):
         super().__init__(cfg, no_encoder_attn, add_bias_kv, add_zero_attn)
         self.b2t_init_(cfg, cfg.decoder.layers, cfg.decoder.embed_dim)

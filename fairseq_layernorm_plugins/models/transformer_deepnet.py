@@ -11,9 +11,9 @@ It is the method the B2T paper compares against.
 """
 import torch
 from fairseq.models import register_model
-from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 
 from fairseq_layernorm_plugins.models.base import POST_LN_ONLY, PluginTransformerModel, register_arch_family
+from fairseq_layernorm_plugins.modules import PluginDecoderLayer, PluginEncoderLayer
 
 
 def deepnet_encoder_constants(num_encoder_layers, num_decoder_layers):
@@ -46,13 +46,13 @@ class DeepNormLayerMixin:
         return residual * self.alpha + x
 
 
-class DeepNetEncoderLayer(DeepNormLayerMixin, TransformerEncoderLayerBase):
+class DeepNetEncoderLayer(DeepNormLayerMixin, PluginEncoderLayer):
     def __init__(self, cfg, return_fc=False):
         super().__init__(cfg, return_fc=return_fc)
         self.deepnorm_init_(*deepnet_encoder_constants(cfg.encoder.layers, cfg.decoder.layers))
 
 
-class DeepNetDecoderLayer(DeepNormLayerMixin, TransformerDecoderLayerBase):
+class DeepNetDecoderLayer(DeepNormLayerMixin, PluginDecoderLayer):
     def __init__(self, cfg, no_encoder_attn=False, add_bias_kv=False, add_zero_attn=False):
         super().__init__(cfg, no_encoder_attn, add_bias_kv, add_zero_attn)
         self.deepnorm_init_(*deepnet_decoder_constants(cfg.decoder.layers))

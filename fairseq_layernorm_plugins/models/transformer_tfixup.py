@@ -20,10 +20,9 @@ import torch
 from fairseq.models import register_model
 from fairseq.models.transformer.transformer_decoder import Linear as XavierLinear
 from fairseq.modules.quant_noise import quant_noise
-from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 
 from fairseq_layernorm_plugins.models.base import PluginTransformerModel, register_arch_family
-from fairseq_layernorm_plugins.modules import remove_layer_norms
+from fairseq_layernorm_plugins.modules import PluginDecoderLayer, PluginEncoderLayer, remove_layer_norms
 
 
 def tfixup_decoder_scale(num_decoder_layers):
@@ -62,13 +61,13 @@ class TFixupLayerMixin:
             self.fc2.weight.mul_(scale)
 
 
-class TFixupEncoderLayer(TFixupLayerMixin, TransformerEncoderLayerBase):
+class TFixupEncoderLayer(TFixupLayerMixin, PluginEncoderLayer):
     def __init__(self, cfg, return_fc=False):
         super().__init__(cfg, return_fc=return_fc)
         self.tfixup_init_(tfixup_encoder_scale(cfg.encoder.layers))
 
 
-class TFixupDecoderLayer(TFixupLayerMixin, TransformerDecoderLayerBase):
+class TFixupDecoderLayer(TFixupLayerMixin, PluginDecoderLayer):
     def __init__(self, cfg, no_encoder_attn=False, add_bias_kv=False, add_zero_attn=False):
         super().__init__(cfg, no_encoder_attn, add_bias_kv, add_zero_attn)
         self.tfixup_init_(tfixup_decoder_scale(cfg.decoder.layers))

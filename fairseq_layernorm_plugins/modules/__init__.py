@@ -1,10 +1,12 @@
 """Shared building blocks: encoders/decoders whose layer class a method chooses.
 
-Methods subclass fairseq's ``TransformerEncoderLayerBase`` /
-``TransformerDecoderLayerBase`` (overriding its hooks: ``residual_connection``,
-``build_fc1``, ``build_self_attention``, ...) and plug them in through
+Methods subclass :class:`PluginEncoderLayer` / :class:`PluginDecoderLayer` (fairseq's
+``TransformerEncoderLayerBase`` / ``TransformerDecoderLayerBase`` with ``--init-style``),
+override fairseq's hooks (``residual_connection``, ``build_fc1``,
+``build_self_attention``, ...) and plug them in through
 :class:`PluginTransformerEncoder` / :class:`PluginTransformerDecoder`.
 """
+from fairseq_layernorm_plugins.modules.init import INIT_STYLES, PluginDecoderLayer, PluginEncoderLayer, paper_init_
 from fairseq_layernorm_plugins.modules.residual import SublayerResidualMixin, remove_layer_norms
 from fairseq_layernorm_plugins.modules.stacks import (
     PluginTransformerDecoder,
@@ -13,6 +15,10 @@ from fairseq_layernorm_plugins.modules.stacks import (
 )
 
 __all__ = [
+    "INIT_STYLES",
+    "PluginEncoderLayer",
+    "PluginDecoderLayer",
+    "paper_init_",
     "PluginTransformerEncoder",
     "PluginTransformerDecoder",
     "SublayerResidualMixin",

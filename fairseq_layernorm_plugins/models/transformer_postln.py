@@ -1,0 +1,28 @@
+"""Post-LN Transformer (Vaswani et al. 2017), the baseline of every paper here:
+x_i = LN(x_{i-1} + f_i(x_{i-1})) in every sub-layer of both stacks.
+
+fairseq's own ``transformer`` is exactly this placement; this arch is it with the
+initialisation the papers' baselines were trained with (``--init-style paper``: fairseq
+0.8/0.9's Xavier-uniform zero-bias FFN, see ``modules/init.py``), so that every method of
+a comparison starts from the same initialisation. ``--init-style fairseq`` builds the
+same model as stock ``transformer``, parameter for parameter.
+"""
+from fairseq.models import register_model
+
+from fairseq_layernorm_plugins.models.base import POST_LN_ONLY, PluginTransformerModel, register_arch_family
+
+
+@register_model("transformer_postln")
+class TransformerPostLNModel(PluginTransformerModel):
+    """Post-LN encoder-decoder Transformer, initialised as in the papers."""
+
+    incompatible_flags = POST_LN_ONLY
+
+
+def postln_defaults(args):
+    """Post-LN (Vaswani et al. 2017): LayerNorm after each residual sum."""
+    args.encoder_normalize_before = getattr(args, "encoder_normalize_before", False)
+    args.decoder_normalize_before = getattr(args, "decoder_normalize_before", False)
+
+
+ARCHS = register_arch_family("transformer_postln", postln_defaults)
