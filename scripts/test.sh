@@ -7,4 +7,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
 VENV="$VENV" bash scripts/setup_env.sh
+# one thread per process (fairseq runs the tests start included): the workers already fill the cores
+[ "${TEST_WORKERS:-auto}" = 0 ] || export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 exec "$VENV/bin/python" -m pytest -n "${TEST_WORKERS:-auto}" --dist loadfile "$@"

@@ -23,6 +23,17 @@ TINY_MODEL = (
 ).split()
 
 
+def pytest_collection_modifyitems(items):
+    """Test files with a test marked ``slow(minutes)`` first, longest first: with one worker
+    per core and each file on one worker (scripts/test.sh), they start at once instead of last."""
+
+    def minutes(item):
+        marker = item.get_closest_marker("slow")
+        return marker.args[0] if marker and marker.args else 0
+
+    items.sort(key=lambda item: -minutes(item))
+
+
 def run_cli(tool, *args, cwd=None, timeout=300, env=None):
     """Run a fairseq console script (``fairseq-train`` ...); return its combined output.
 

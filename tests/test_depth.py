@@ -3,12 +3,15 @@ warm-up; Post-LN of the same shape, on the same schedule, does not. ~4-5 minutes
 import json
 import sys
 
+import pytest
+
 from conftest import REPO
 
 sys.path.insert(0, str(REPO / "scripts"))
 import depth_stability  # noqa: E402
 
 
+@pytest.mark.slow(4)
 def test_50_layer_tfixup_trains_where_post_ln_stalls(tmp_path):
     summary = depth_stability.main(["--layers", "50", "--dim", "64", "--max-update", "150", "--out", str(tmp_path)])
     tfixup, post_ln = summary["transformer_tfixup"], summary["transformer"]

@@ -99,6 +99,7 @@ def test_tokenized_scores_do_not_warn_about_tokenized_text(caplog):
     assert 0 < scores["tokenized"]["score"] < 100 and scores["compound_split"]["score"] == scores["tokenized"]["score"]
 
 
+@pytest.mark.slow(1.5)
 def test_train_then_evaluate_on_iwslt14_mini(tmp_path, capsys):
     """The main path: recipe -> launcher -> 2 update checkpoints -> averaged -> generate ->
     results.json whose SacreBLEU equals the CLI's on the files it wrote."""

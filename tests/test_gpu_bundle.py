@@ -133,10 +133,11 @@ def check_data(tmp_path_factory):
     return data
 
 
+@pytest.mark.slow(3)
 def test_check_dry_run_trains_scores_and_resumes(check_data, tmp_path):
     """check.py --dry-run: every part on CPU; a second call of part b reuses the runs."""
     out, runs = tmp_path / "out", tmp_path / "runs"
-    cmd = [sys.executable, GPU / "check.py", "--out", out, "--runs", runs, "--data", check_data, "--dry-run", "--jobs", "2"]
+    cmd = [sys.executable, GPU / "check.py", "--out", out, "--runs", runs, "--data", check_data, "--dry-run", "--jobs", "1"]
     proc = subprocess.run(list(map(str, cmd)), capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads((out / "check.json").read_text())

@@ -9,6 +9,7 @@ import pytest
 from test_gpu_bundle import GPU, collect
 
 
+@pytest.mark.slow(4)
 def test_bundle_installs_offline_into_a_node_like_venv(tmp_path):
     """collect (network: the package index) -> a fresh venv holding only what a GPU node has
     (torch, numpy, cython, setuptools, sacrebleu, scikit-learn) -> install.sh with --no-index:

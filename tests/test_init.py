@@ -56,3 +56,14 @@ def test_method_initialisation_applies_on_top_of_the_style(tiny_data_bin):
 def test_unknown_style_is_refused(tiny_data_bin):
     with pytest.raises(SystemExit):
         build(tiny_data_bin, "transformer_postln", "--init-style", "xavier")
+
+
+@pytest.mark.parametrize("model", ["transformer_tfixup", "transformer_deepnet"])
+def test_rescaled_methods_start_with_zero_biases(tiny_data_bin, model):
+    """T-Fixup and DeepNet re-initialise the weights; every layer's linear bias starts at 0
+    (DeepNet's authors zero them; fairseq 0.12 would leave fc1/fc2 and q/k/v at nn.Linear's)."""
+    built, _, _ = build(tiny_data_bin, model, *WIDE)
+    biases = {name: p for name, p in built.named_parameters() if ".layers." in name and name.endswith(("proj.bias", "fc1.bias", "fc2.bias"))}
+    # per encoder layer fc1, fc2, self-attention q/k/v/out; per decoder layer also the cross-attention's
+    assert len(biases) == 6 * len(built.encoder.layers) + 10 * len(built.decoder.layers)
+    assert all(torch.count_nonzero(p) == 0 for p in biases.values())

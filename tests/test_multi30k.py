@@ -128,6 +128,7 @@ def test_main_job_offline_ends_with_one_line_naming_the_url(tmp_path, monkeypatc
     assert not (tmp_path / "data").exists() and not (tmp_path / "runs").exists()
 
 
+@pytest.mark.slow(1.5)
 def test_main_job_end_to_end_through_the_download_path(tmp_path, monkeypatch, mirror):
     monkeypatch.setattr(multi30k, "SHARED_RAW", tmp_path / "no-shared")
     runs = tmp_path / "runs"

@@ -16,10 +16,12 @@ def config(data_bin, *flags):
     return convert_namespace_to_omegaconf(args)
 
 
-def reference_radam(p, grads, lr, beta1, beta2, eps, weight_decay, decoupled):
+def reference_radam(p, grads, lr, beta1, beta2, eps, weight_decay, decoupled, sgd_while_intractable=True):
     """RAdam, Liu et al. 2020 Algorithm 2, written out independently of torch.optim.
 
     Decoupled weight decay as in the authors' code: p <- p (1 - lr wd) before the step.
+    ``sgd_while_intractable=False``: the authors' Transformer-Clinic code, which takes no
+    gradient step while rho_t < 5 (the moments still advance).
     """
     m, v = torch.zeros_like(p), torch.zeros_like(p)
     rho_inf = 2 / (1 - beta2) - 1
@@ -35,26 +37,31 @@ def reference_radam(p, grads, lr, beta1, beta2, eps, weight_decay, decoupled):
         if rho_t > 5:
             r = math.sqrt((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t))
             p = p - lr * r * m_hat * math.sqrt(1 - beta2**t) / (v.sqrt() + eps)
-        else:
+        elif sgd_while_intractable:
             p = p - lr * m_hat
     return p
 
 
+@pytest.mark.parametrize("sgd", [False, True])
 @pytest.mark.parametrize("l2", [False, True])
-def test_radam_matches_the_paper_algorithm(tiny_data_bin, l2):
+def test_radam_matches_the_paper_algorithm(tiny_data_bin, l2, sgd):
+    """Default: the authors' code (no gradient step while rho_t < 5, t <= 5 here);
+    --radam-sgd-while-intractable: Algorithm 2's momentum step there."""
     flags = ["--optimizer", "radam", "--lr", "0.01", "--adam-betas", "(0.8, 0.95)", "--adam-eps", "1e-6", "--weight-decay", "0.1"]
-    cfg = config(tiny_data_bin, *flags, *(["--radam-l2-weight-decay"] if l2 else []))
+    cfg = config(tiny_data_bin, *flags, *(["--radam-l2-weight-decay"] if l2 else []), *(["--radam-sgd-while-intractable"] if sgd else []))
     torch.manual_seed(0)
     p0 = torch.randn(7, dtype=torch.float64)
-    grads = [torch.randn(7, dtype=torch.float64) for _ in range(25)]  # rho_t > 5 from t = 4
+    grads = [torch.randn(7, dtype=torch.float64) for _ in range(25)]  # beta2 0.95: rho_t > 5 from t = 6
     param = torch.nn.Parameter(p0.clone())
     opt = optim.build_optimizer(cfg.optimizer, [param])
     assert type(opt).__name__ == "FairseqRAdam"
     for g in grads:
         param.grad = g.clone()
         opt.step()
-    expected = reference_radam(p0, grads, 0.01, 0.8, 0.95, 1e-6, 0.1, decoupled=not l2)
+    expected = reference_radam(p0, grads, 0.01, 0.8, 0.95, 1e-6, 0.1, decoupled=not l2, sgd_while_intractable=sgd)
     torch.testing.assert_close(param.data, expected, rtol=1e-10, atol=1e-12)
+    other = reference_radam(p0, grads, 0.01, 0.8, 0.95, 1e-6, 0.1, decoupled=not l2, sgd_while_intractable=not sgd)
+    assert (param.data - other).abs().max() > 1e-4  # the two rules differ, and the test tells them apart
 
 
 def test_radam_under_fairseqs_fp16_wrapper(tiny_data_bin):

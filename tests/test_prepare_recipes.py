@@ -178,6 +178,7 @@ def test_wmt14_from_archives_valid_is_newstest2013_test_is_newstest2014(segmenta
     shutil.rmtree(archives)
 
 
+@pytest.mark.slow(1.5)
 def test_wmt14_mini_from_shared_data(tmp_path):
     shared = shared_data()
     stamp = wmt14_mini.prepare(tmp_path / "mini", shared, merges=2000, train_pairs=5000)

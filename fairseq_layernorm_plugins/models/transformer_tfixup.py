@@ -11,7 +11,8 @@ after this initialisation (paper Sec. 3.3, as in the authors' fairseq code):
   encoder: v/out projections, fc1, fc2 x 0.67 N_e^-1/4;
 * embeddings: encoder x (9 N_e)^-1/4, decoder x (9 N_d)^-1/4; one shared matrix
   (``--share-all-embeddings``) is scaled once, by the encoder factor;
-* q/k projections and all biases are left as initialised.
+* q/k projections are left as initialised; the biases start at zero (``--init-style paper``,
+  the default: fairseq 0.8/0.9's) or at fairseq 0.12's defaults (``--init-style fairseq``).
 
 The authors' decoder still created an (unused) encoder-attention LayerNorm; none is
 left here, so DDP's unused-parameter check passes.

@@ -5,6 +5,14 @@ with fairseq's flags (``--adam-betas``, ``--adam-eps``, ``--weight-decay``).
 Weight decay is decoupled from the adaptive update by default, as in the RAdam
 authors' code used by Admin (Transformer-Clinic) and as fairseq's ``adam`` does;
 ``--radam-l2-weight-decay`` switches to torch's default (L2 added to the gradient).
+
+While the variance of the adaptive learning rate is intractable (rho_t < 5: the first 5
+updates for any beta2 from 0.95 to 0.999), the authors' code updates the moments but moves
+the parameters only by the decoupled weight decay; the paper's Algorithm 2 and
+``torch.optim.RAdam`` take an un-adapted momentum step ``lr * m_hat`` instead. The default
+is the authors' code, which every Admin result was trained with;
+``--radam-sgd-while-intractable`` takes the paper's step (a deviation from Admin's recipe).
+The authors rectify from rho_t >= 5, torch from rho_t > 5: they differ only at exactly 5.
 Works under ``--fp16`` (fairseq's FP16Optimizer keeps fp32 master weights, flat or
 not); ``--memory-efficient-fp16`` is not supported by torch's RAdam.
 """
@@ -31,7 +39,50 @@ class FairseqRAdamConfig(FairseqDataclass):
             "instead of decoupling it as the RAdam authors' code and fairseq's adam do"
         },
     )
+    radam_sgd_while_intractable: bool = field(
+        default=False,
+        metadata={
+            "help": "while rho_t < 5 (the first updates), step by lr * m_hat as the RAdam paper's Algorithm 2 and "
+            "torch.optim.RAdam do, instead of leaving the parameters to weight decay as the authors' code used by Admin"
+        },
+    )
     lr: List[float] = II("optimization.lr")
+
+
+def radam_rho(step, beta2):
+    """rho_t = rho_inf - 2 t beta2^t / (1 - beta2^t), rho_inf = 2 / (1 - beta2) - 1 (Liu et al. 2020, Eq. 7)."""
+    return 2 / (1 - beta2) - 1 - 2 * step * beta2**step / (1 - beta2**step)
+
+
+class AuthorsRAdam(torch.optim.RAdam):
+    """``torch.optim.RAdam`` whose updates while rho_t < 5 change a parameter only by
+    decoupled weight decay, as the authors' RAdam in Transformer-Clinic (the moments and
+    the step count still advance). fairseq steps every parameter of a group together, so
+    the group's next step number is read off its first parameter with a gradient."""
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        frozen = []
+        for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            state = self.state[params[0]]
+            step = int(state["step"]) + 1 if "step" in state else 1
+            if radam_rho(step, group["betas"][1]) < 5:
+                frozen.append((group, group["lr"], params))
+                group["lr"] = 0.0  # torch then updates the moments and leaves the parameters as they are
+        super().step()
+        for group, lr, params in frozen:
+            group["lr"] = lr
+            if group["weight_decay"] and group["decoupled_weight_decay"]:
+                for p in params:
+                    p.mul_(1 - lr * group["weight_decay"])
+        return loss
 
 
 def parse_betas(betas):
@@ -47,7 +98,8 @@ def parse_betas(betas):
 class FairseqRAdam(FairseqOptimizer):
     def __init__(self, cfg: FairseqRAdamConfig, params):
         super().__init__(cfg)
-        self._optimizer = torch.optim.RAdam(params, **self.optimizer_config)
+        optimizer = torch.optim.RAdam if cfg.radam_sgd_while_intractable else AuthorsRAdam
+        self._optimizer = optimizer(params, **self.optimizer_config)
 
     @property
     def optimizer_config(self):
