@@ -12,7 +12,8 @@ import depth_stability  # noqa: E402
 
 
 @pytest.mark.slow(4)
-def test_50_layer_tfixup_trains_where_post_ln_stalls(tmp_path):
+def test_50_layer_tfixup_trains_where_post_ln_stalls(tmp_path, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")  # the suite's longest test: two threads, also beside other workers
     summary = depth_stability.main(["--layers", "50", "--dim", "64", "--max-update", "150", "--out", str(tmp_path)])
     tfixup, post_ln = summary["transformer_tfixup"], summary["transformer"]
     assert tfixup["status"] == "trains", tfixup  # last-10 mean at least 1.0 below the first-10 mean
