@@ -5,7 +5,7 @@ import torch
 from conftest import build
 from fairseq_layernorm_plugins.models.base import ARCH_FAMILIES
 from fairseq_layernorm_plugins.modules import stack_layers
-from fairseq_layernorm_plugins.modules.init import attentions
+from fairseq_layernorm_plugins.modules import attentions
 
 WIDE = ["--encoder-embed-dim", 128, "--decoder-embed-dim", 128, "--encoder-ffn-embed-dim", 512, "--decoder-ffn-embed-dim", 512]
 

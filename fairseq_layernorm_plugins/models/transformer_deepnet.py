@@ -13,7 +13,7 @@ import torch
 from fairseq.models import register_model
 
 from fairseq_layernorm_plugins.models.base import POST_LN_ONLY, PluginTransformerModel, register_arch_family
-from fairseq_layernorm_plugins.modules import PluginDecoderLayer, PluginEncoderLayer
+from fairseq_layernorm_plugins.modules import PluginDecoderLayer, PluginEncoderLayer, attentions
 
 
 def deepnet_encoder_constants(num_encoder_layers, num_decoder_layers):
@@ -32,9 +32,8 @@ class DeepNormLayerMixin:
 
     def deepnorm_init_(self, alpha, beta):
         self.alpha = alpha
-        attentions = [self.self_attn] + ([self.encoder_attn] if getattr(self, "encoder_attn", None) else [])
         with torch.no_grad():
-            for attn in attentions:
+            for attn in attentions(self):
                 for proj in (attn.q_proj, attn.k_proj):
                     torch.nn.init.xavier_normal_(proj.weight, gain=1.0)
                 for proj in (attn.v_proj, attn.out_proj):

@@ -23,7 +23,7 @@ from fairseq.models.transformer.transformer_decoder import Linear as XavierLinea
 from fairseq.modules.quant_noise import quant_noise
 
 from fairseq_layernorm_plugins.models.base import PluginTransformerModel, register_arch_family
-from fairseq_layernorm_plugins.modules import PluginDecoderLayer, PluginEncoderLayer, remove_layer_norms
+from fairseq_layernorm_plugins.modules import PluginDecoderLayer, PluginEncoderLayer, attentions, remove_layer_norms
 
 
 def tfixup_decoder_scale(num_decoder_layers):
@@ -52,9 +52,8 @@ class TFixupLayerMixin:
 
     def tfixup_init_(self, scale):
         remove_layer_norms(self)
-        attentions = [self.self_attn] + ([self.encoder_attn] if getattr(self, "encoder_attn", None) else [])
         with torch.no_grad():
-            for attn in attentions:
+            for attn in attentions(self):
                 torch.nn.init.xavier_uniform_(attn.v_proj.weight, gain=1.0)
                 attn.v_proj.weight.mul_(scale)
                 attn.out_proj.weight.mul_(scale)

@@ -6,7 +6,7 @@ override fairseq's hooks (``residual_connection``, ``build_fc1``,
 ``build_self_attention``, ...) and plug them in through
 :class:`PluginTransformerEncoder` / :class:`PluginTransformerDecoder`.
 """
-from fairseq_layernorm_plugins.modules.init import INIT_STYLES, PluginDecoderLayer, PluginEncoderLayer, paper_init_
+from fairseq_layernorm_plugins.modules.init import INIT_STYLES, PluginDecoderLayer, PluginEncoderLayer, attentions, paper_init_
 from fairseq_layernorm_plugins.modules.residual import SublayerResidualMixin, remove_layer_norms
 from fairseq_layernorm_plugins.modules.stacks import (
     PluginTransformerDecoder,
@@ -19,6 +19,7 @@ __all__ = [
     "PluginEncoderLayer",
     "PluginDecoderLayer",
     "paper_init_",
+    "attentions",
     "PluginTransformerEncoder",
     "PluginTransformerDecoder",
     "SublayerResidualMixin",
