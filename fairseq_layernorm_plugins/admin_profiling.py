@@ -42,7 +42,8 @@ def profile_admin_(model, batches, mask_padding=False):
             layers.p = -1.0  # uniform draws are >= 0 > p: every layer runs
         try:
             for sample in batches:
-                profiles = {stack: AdminProfile(mask_padding) for stack in stacks}
+                profiles = {stack: AdminProfile(padding_masks(model, sample)[stack] if mask_padding else None)
+                            for stack in stacks}
                 for stack, layers in stacks.items():
                     for layer in layers:
                         layer.profile = profiles[stack]
@@ -71,6 +72,14 @@ def profile_admin_(model, batches, mask_padding=False):
                 report[stack].append({"layer": index[id(layer)], "sublayer": sublayer, "var_input": var_input,
                                       "var_branch": var_branch, "omega": omega})
     return report
+
+
+def padding_masks(model, sample):
+    """{"encoder": (B, S), "decoder": (B, T)} True at padding, as fairseq's encoder and
+    decoder compute them from the source tokens and the previous output tokens."""
+    net_input = sample["net_input"]
+    return {"encoder": net_input["src_tokens"].eq(model.encoder.padding_idx),
+            "decoder": net_input["prev_output_tokens"].eq(model.decoder.padding_idx)}
 
 
 def checkpoint_will_be_loaded(checkpoint_cfg):

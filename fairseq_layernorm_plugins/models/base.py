@@ -6,6 +6,7 @@ A method module subclasses fairseq's layers (overriding their hooks), subclasses
 :func:`register_arch_family` once to register its architecture and size variants.
 """
 import argparse
+import copy
 
 from fairseq.models import register_model_architecture
 from fairseq.models.transformer import TransformerConfig, TransformerModel
@@ -48,6 +49,13 @@ class PluginTransformerModel(TransformerModel):
             if getattr(args, flag, False):
                 raise ValueError(f"{args.arch}: drop --{flag.replace('_', '-')} ({why})")
         return super().build_model(args, task)
+
+    def __prepare_scriptable__(self):
+        """``torch.jit.script(model)`` scripts a deep copy, so the scripted model holds its own
+        parameters: TorchScript prepares submodules in place, and layers that number their
+        sub-layers drop an eager-only pre-hook when scripted (``modules/residual.py``); the
+        model the user scripted keeps it."""
+        return copy.deepcopy(self)
 
     @classmethod
     def build_encoder(cls, args, src_dict, embed_tokens):

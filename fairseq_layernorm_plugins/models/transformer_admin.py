@@ -28,10 +28,11 @@ import math
 
 import torch
 import torch.nn as nn
+from torch import Tensor
 from fairseq.models import register_model
 
 from fairseq_layernorm_plugins.models.base import POST_LN_ONLY, PluginTransformerModel, register_arch_family
-from fairseq_layernorm_plugins.modules import PluginDecoderLayer, PluginEncoderLayer, SublayerResidualMixin, stack_layers
+from fairseq_layernorm_plugins.modules import SublayerDecoderLayer, SublayerEncoderLayer, stack_layers
 
 ADMIN_INITS = ("profile", "closed-logn", "closed-n", "closed-1", "none")
 
@@ -51,65 +52,62 @@ def admin_next_omega(var_scaled_input, var_branch):
 class AdminProfile:
     """One stack's state during a sequential profiling pass: the running ratio (the next
     sub-layer's omega, 1.0 at the start) and one row per sub-layer in forward order:
-    (layer, sub-layer index from 0, Var(x * omega), Var(f), omega)."""
+    (layer, sub-layer index from 0, Var(x * omega), Var(f), omega).
 
-    def __init__(self, mask_padding=False):
+    ``padding_mask`` (B, T) True at padding excludes those positions from the variances
+    (``--admin-profile-mask-padding``); None includes them, as the authors' code."""
+
+    def __init__(self, padding_mask=None):
         self.ratio = 1.0
         self.rows = []
-        self.mask_padding = mask_padding
+        self.keep = None if padding_mask is None else ~padding_mask.t().unsqueeze(-1)  # (T, B, 1)
 
-    def record(self, layer, sublayer, var_scaled_input, var_branch):
-        self.rows.append((layer, sublayer, var_scaled_input, var_branch, self.ratio))
-        self.ratio = admin_next_omega(var_scaled_input, var_branch)
+    def variance(self, t):
+        """One scalar over the whole (T, B, C) tensor, np.var as the authors (population variance)."""
+        t = t.detach().float()
+        if self.keep is not None:
+            t = t.masked_select(self.keep.expand_as(t))
+        return t.var(unbiased=False).item()
+
+    def step(self, layer, sublayer, scaled_input, branch):
+        """Record sub-layer ``sublayer`` (from 0) and advance the running ratio."""
+        var_input, var_branch = self.variance(scaled_input), self.variance(branch)
+        self.rows.append((layer, sublayer, var_input, var_branch, self.ratio))
+        self.ratio = admin_next_omega(var_input, var_branch)
 
 
-class AdminLayerMixin(SublayerResidualMixin):
+class AdminLayerMixin:
     """x_i = LN(x_{i-1} * omega_i + f_i): ``omega`` (num_sublayers, C)."""
 
     def admin_init_(self, embed_dim):
         self.omega = nn.Parameter(torch.ones(self.num_sublayers, embed_dim))
         self.profile = None  # the stack's AdminProfile during a profiling pass
-        self.profile_mask = None  # (T, B, 1) bool of real tokens, when padding is excluded
 
-    def set_profile_mask(self, padding_mask):
-        """padding_mask: (B, T) True at padding, or None."""
-        masking = self.profile is not None and self.profile.mask_padding and padding_mask is not None
-        self.profile_mask = ~padding_mask.t().unsqueeze(-1) if masking else None
-
-    def combine(self, x, residual, sublayer):
+    def combine(self, x: Tensor, residual: Tensor, sublayer: int) -> Tensor:
         """x: the branch output f_i (T, B, C); residual: x_{i-1} (T, B, C)."""
-        if self.profile is not None:  # omega_i <- the running ratio, used at once (sequential profiling)
-            self.omega.data[sublayer - 1].fill_(self.profile.ratio)
-            scaled = residual * self.omega[sublayer - 1]
-            self.profile.record(self, sublayer - 1, self._variance(scaled), self._variance(x))
-            return scaled + x
-        return residual * self.omega[sublayer - 1] + x
+        if self.profile is not None:
+            return self.profile_combine(x, residual, sublayer)
+        return residual * self.omega[sublayer - 1] + x  # Liu et al. 2020, Eq. 5
 
-    def _variance(self, t):
-        t = t.detach().float()
-        if self.profile_mask is not None:
-            t = t.masked_select(self.profile_mask.expand_as(t))
-        return t.var(unbiased=False).item()  # np.var over the whole tensor, as the authors
+    @torch.jit.unused
+    def profile_combine(self, x: Tensor, residual: Tensor, sublayer: int) -> Tensor:
+        """Sequential profiling: omega_i <- the running ratio, used at once."""
+        self.omega.data[sublayer - 1].fill_(self.profile.ratio)
+        scaled = residual * self.omega[sublayer - 1]
+        self.profile.step(self, sublayer - 1, scaled, x)
+        return scaled + x
 
 
-class AdminEncoderLayer(AdminLayerMixin, PluginEncoderLayer):
+class AdminEncoderLayer(AdminLayerMixin, SublayerEncoderLayer):
     def __init__(self, cfg, return_fc=False):
         super().__init__(cfg, return_fc=return_fc)
         self.admin_init_(cfg.encoder.embed_dim)
 
-    def forward(self, x, encoder_padding_mask=None, attn_mask=None):
-        self.set_profile_mask(encoder_padding_mask)
-        return super().forward(x, encoder_padding_mask, attn_mask)
 
-
-class AdminDecoderLayer(AdminLayerMixin, PluginDecoderLayer):
+class AdminDecoderLayer(AdminLayerMixin, SublayerDecoderLayer):
     def __init__(self, cfg, no_encoder_attn=False, add_bias_kv=False, add_zero_attn=False):
         super().__init__(cfg, no_encoder_attn, add_bias_kv, add_zero_attn)
         self.admin_init_(cfg.decoder.embed_dim)
-
-    def forward(self, x, *args, self_attn_padding_mask=None, **kwargs):
-        self.set_profile_mask(self_attn_padding_mask)
-        return super().forward(x, *args, self_attn_padding_mask=self_attn_padding_mask, **kwargs)
 
 
 @register_model("transformer_admin")

@@ -17,10 +17,11 @@ Options:
   stack's layer count; embeddings untouched). Off by default.
 """
 import torch
+from torch import Tensor
 from fairseq.models import register_model
 
 from fairseq_layernorm_plugins.models.base import POST_LN_ONLY, PluginTransformerModel, register_arch_family
-from fairseq_layernorm_plugins.modules import PluginDecoderLayer, PluginEncoderLayer, SublayerResidualMixin, remove_layer_norms
+from fairseq_layernorm_plugins.modules import SublayerDecoderLayer, SublayerEncoderLayer, remove_layer_norms
 
 
 def b2t_no_ln_alpha(num_layers):
@@ -38,11 +39,12 @@ def b2t_weight_rescale(num_layers):
     return num_layers**-0.5
 
 
-class B2TLayerMixin(SublayerResidualMixin):
+class B2TLayerMixin:
     """The B2T connection on fairseq's ``residual_connection`` hook (Eq. 5, or Eq. 6 w/o LN)."""
 
     def b2t_init_(self, cfg, num_layers, embed_dim):
         self.no_layer_norm = cfg.b2t_no_layer_norm
+        self.alpha, self.beta = 1.0, 1.0  # Eq. 6's scales; unused with the LayerNorms (Eq. 5)
         if self.no_layer_norm:
             remove_layer_norms(self)
             self.alpha, self.beta = b2t_no_ln_alpha(num_layers), b2t_no_ln_beta(embed_dim)
@@ -52,22 +54,25 @@ class B2TLayerMixin(SublayerResidualMixin):
                     if name.endswith("weight") and p.dim() == 2:
                         p.mul_(b2t_weight_rescale(num_layers))
 
-    def combine(self, x, residual, sublayer):
+    def combine(self, x: Tensor, residual: Tensor, sublayer: int) -> Tensor:
         """x: the sub-layer's branch output, residual: its input, both (T, B, C)."""
         if sublayer < self.num_sublayers:
             return residual + x
+        layer_input = self.layer_input
+        if layer_input is None:
+            raise RuntimeError("B2T: no layer input was recorded at sub-layer 1")
         if self.no_layer_norm:
-            return self.alpha * self.layer_input + self.beta * (residual + x)  # Eq. 6
-        return self.layer_input + residual + x  # Eq. 5
+            return self.alpha * layer_input + self.beta * (residual + x)  # Eq. 6
+        return layer_input + residual + x  # Eq. 5
 
 
-class B2TEncoderLayer(B2TLayerMixin, PluginEncoderLayer):
+class B2TEncoderLayer(B2TLayerMixin, SublayerEncoderLayer):
     def __init__(self, cfg, return_fc=False):
         super().__init__(cfg, return_fc=return_fc)
         self.b2t_init_(cfg, cfg.encoder.layers, cfg.encoder.embed_dim)
 
 
-class B2TDecoderLayer(B2TLayerMixin, PluginDecoderLayer):
+class B2TDecoderLayer(B2TLayerMixin, SublayerDecoderLayer):
     def __init__(self, cfg, no_encoder_attn=False, add_bias_kv=False, add_zero_attn=False):
         super().__init__(cfg, no_encoder_attn, add_bias_kv, add_zero_attn)
         self.b2t_init_(cfg, cfg.decoder.layers, cfg.decoder.embed_dim)

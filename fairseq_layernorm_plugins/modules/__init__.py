@@ -7,7 +7,12 @@ override fairseq's hooks (``residual_connection``, ``build_fc1``,
 :class:`PluginTransformerEncoder` / :class:`PluginTransformerDecoder`.
 """
 from fairseq_layernorm_plugins.modules.init import INIT_STYLES, PluginDecoderLayer, PluginEncoderLayer, attentions, paper_init_
-from fairseq_layernorm_plugins.modules.residual import SublayerResidualMixin, remove_layer_norms
+from fairseq_layernorm_plugins.modules.residual import (
+    SublayerDecoderLayer,
+    SublayerEncoderLayer,
+    SublayerResidualMixin,
+    remove_layer_norms,
+)
 from fairseq_layernorm_plugins.modules.stacks import (
     PluginTransformerDecoder,
     PluginTransformerEncoder,
@@ -23,6 +28,8 @@ __all__ = [
     "PluginTransformerEncoder",
     "PluginTransformerDecoder",
     "SublayerResidualMixin",
+    "SublayerEncoderLayer",
+    "SublayerDecoderLayer",
     "remove_layer_norms",
     "stack_layers",
 ]

@@ -2,6 +2,7 @@
 then the output directory, written atomically:
 
     OUT/{train,valid,test}.{src,tgt}   segmented text (what fairseq-preprocess read)
+    OUT/test1.{src,tgt}, ...           further test sets, if any (fairseq's test1, test2, ...)
     OUT/test.tok.{src,tgt}             references before segmentation (tokenised BLEU)
     OUT/test.raw.{src,tgt}             untokenised references (SacreBLEU), likewise valid
     OUT/bin/                           the fairseq data-bin
@@ -33,10 +34,15 @@ def evenly_spaced(items, n):
     return list(items)[:: max(1, len(items) // n)][:n]
 
 
+def test_splits(splits):
+    """The test split names in fairseq's order: test, test1, test2, ..."""
+    return sorted((name for name in splits if name.startswith("test")), key=lambda name: int(name[4:] or 0))
+
+
 def write_dataset(out_dir, key, splits, references, src, tgt, joined=False, workers=2, extra_files=(), summary=None, force=False):
     """Write the output directory unless its stamp already has ``key``.
 
-    splits: {"train"|"valid"|"test": [(src, tgt), ...]} (segmented); references:
+    splits: {"train"|"valid"|"test"|"test1"|...: [(src, tgt), ...]} (segmented); references:
     {"test.tok": [(src, tgt)], "test.raw": [...], ...}; extra_files: paths copied in
     (the BPE codes, a SentencePiece model). Returns the stamp's content."""
     out_dir = Path(out_dir)
@@ -53,6 +59,6 @@ def write_dataset(out_dir, key, splits, references, src, tgt, joined=False, work
         for path in extra_files:
             shutil.copy(path, tmp / Path(path).name)
         logger.info("fairseq-preprocess -> %s", out_dir / "bin")
-        fairseq_preprocess(tmp / "train", tmp / "valid", tmp / "test", tmp / "bin", src, tgt, joined, workers)
+        fairseq_preprocess(tmp / "train", tmp / "valid", [tmp / name for name in test_splits(splits)], tmp / "bin", src, tgt, joined, workers)
         (tmp / "stamp.json").write_text(json.dumps(content, indent=1))
     return content

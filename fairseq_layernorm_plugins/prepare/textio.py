@@ -66,7 +66,10 @@ def atomic_directory(destination):
 
 
 def fairseq_preprocess(trainpref, validpref, testpref, destdir, src, tgt, joined=False, workers=2):
-    """Binarise with the real ``fairseq-preprocess`` (from the running environment)."""
+    """Binarise with the real ``fairseq-preprocess`` (from the running environment).
+    ``testpref`` may be a list: fairseq names those splits test, test1, test2, ..."""
+    if isinstance(testpref, (list, tuple)):
+        testpref = ",".join(map(str, testpref))
     cmd = [
         str(Path(sys.executable).parent / "fairseq-preprocess"),
         "--source-lang", src, "--target-lang", tgt,

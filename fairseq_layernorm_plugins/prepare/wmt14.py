@@ -17,12 +17,21 @@
 
 The untokenised references (``test.raw.*``, ``valid.raw.*``) stay beside the data-bin
 for detokenised SacreBLEU; ``test.tok.*`` for tokenised (compound-split) BLEU.
+
+Further test sets (``--extra-tests``; by default the rest of newstest2010-2016, whose
+average the B2T paper reports) go through the test set's steps and become fairseq's
+``test1``, ``test2``, ... splits; ``stamp.json``'s ``test_sets`` maps each name to its
+split. They come from ``--extra-test-dir`` folders (``NAME.LANG``, plain text or sgm) or
+from the statmt.org archives SacreBLEU scores them from.
 """
 import argparse
 import functools
 import logging
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import sacrebleu
 
 from fairseq_layernorm_plugins.prepare.cli import add_common_args, run_cli
 from fairseq_layernorm_plugins.prepare.dataset import subsample, write_dataset
@@ -31,7 +40,7 @@ from fairseq_layernorm_plugins.prepare.moses import CleanCorpus, NormalizePunctu
 from fairseq_layernorm_plugins.prepare.parallel import Compose, map_lines
 from fairseq_layernorm_plugins.prepare.steps import Steps
 from fairseq_layernorm_plugins.prepare.subwords import ApplyBPE, ApplySentencePiece, learn_joint_bpe, learn_sentencepiece
-from fairseq_layernorm_plugins.prepare.textio import aligned, read_lines, read_parallel, write_lines
+from fairseq_layernorm_plugins.prepare.textio import DataError, aligned, read_lines, read_parallel, write_lines
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +52,22 @@ ARCHIVES = {
 }
 DEV = ("dev.tgz", "http://statmt.org/wmt14/dev.tgz", "dev/newstest2013")
 TEST = ("test-full.tgz", "http://statmt.org/wmt14/test-full.tgz", "test-full/newstest2014-deen-{side}.{lang}.sgm")
+TEST_NAME = "newstest2014"
+# The B2T paper's test sets (Takase et al. 2023, Table 1: SacreBLEU on each and their mean)
+B2T_TEST_SETS = tuple(f"newstest{year}" for year in range(2010, 2017))
+EXTRA_TESTS = tuple(name for name in B2T_TEST_SETS if name != TEST_NAME)
+
+
+def statmt_test_set(name, src, tgt):
+    """(archive file name, URL, {lang: member}) of WMT news test set ``name``
+    (newstestYYYY), as SacreBLEU's ``wmtYY`` test set defines it."""
+    year = re.fullmatch(r"newstest20(\d\d)", name)
+    dataset = sacrebleu.DATASETS.get(f"wmt{year.group(1)}") if year else None
+    members = dataset.langpairs.get(f"{src}-{tgt}") if dataset else None
+    if not members or name not in members[0]:
+        raise DataError(f"{name}: not a WMT news test set SacreBLEU knows for {src}-{tgt}; give it with --extra-test-dir")
+    url = dataset.data[0]
+    return f"{dataset.name}-{Path(url).name}", url, {src: members[0], tgt: members[1]}
 
 
 @dataclass
@@ -53,9 +78,11 @@ class Sources:
     train: list = field(default_factory=list)
     valid: list = field(default_factory=list)
     test: list = field(default_factory=list)
+    extra: dict = field(default_factory=dict)  # further test sets: {name: {lang: path}}
 
     def files(self):
-        return [path for split in (self.train, self.valid, self.test) for pair in split for path in pair.values()]
+        pairs = [pair for split in (self.train, self.valid, self.test) for pair in split] + list(self.extra.values())
+        return [path for pair in pairs for path in pair.values()]
 
 
 def read_text(path):
@@ -73,17 +100,26 @@ def read_split(pairs, src, tgt):
     return out
 
 
-def standard_sources(steps, src, tgt, archive_dir=None, download_dir="data/downloads"):
-    """Unpack the five statmt.org archives from ``archive_dir`` (each must be there) or,
-    without it, downloaded into ``download_dir``; return their Sources and the steps
-    that key them."""
-    sources, done = Sources(), []
+def archive_unpacker(steps, archive_dir, download_dir, done):
+    """unpack(name, url, members) -> the folder holding ``members`` of archive ``name``,
+    from ``archive_dir`` (it must be there) or downloaded into ``download_dir``; each
+    unpacking step is appended to ``done``."""
 
     def unpack(name, url, members):
         archive = Path(archive_dir) / name if archive_dir else download(url, Path(download_dir) / name)
         step = steps.run(f"unpack.{name}", lambda tmp: extract(archive, tmp, members), inputs=[archive])
         done.append(step)
         return step.path
+
+    return unpack
+
+
+def standard_sources(steps, src, tgt, archive_dir=None, download_dir="data/downloads"):
+    """Unpack the five statmt.org archives from ``archive_dir`` (each must be there) or,
+    without it, downloaded into ``download_dir``; return their Sources and the steps
+    that key them."""
+    sources, done = Sources(), []
+    unpack = archive_unpacker(steps, archive_dir, download_dir, done)
 
     langs = (src, tgt)
     for name, (url, prefix) in ARCHIVES.items():
@@ -97,21 +133,49 @@ def standard_sources(steps, src, tgt, archive_dir=None, download_dir="data/downl
     return sources, done
 
 
+def extra_test_sources(names, src, tgt, dirs=(), steps=None, archive_dir=None, download_dir="data/downloads"):
+    """{name: {lang: path}} for each further test set: ``DIR/NAME.LANG`` from the first of
+    ``dirs`` that has both files (plain text, or ``NAME.LANG.sgm``), else its statmt.org
+    archive (see :func:`statmt_test_set`). Returns (sources, what keys them: the local
+    files and the unpacking steps)."""
+    found, inputs = {}, []
+    unpack = archive_unpacker(steps, archive_dir, download_dir, inputs)
+    for name in names:
+        for folder in map(Path, dirs):
+            for suffix in ("", ".sgm"):
+                pair = {lang: folder / f"{name}.{lang}{suffix}" for lang in (src, tgt)}
+                if name not in found and all(p.is_file() for p in pair.values()):
+                    found[name] = pair
+                    inputs += pair.values()
+        if name not in found:
+            archive, url, members = statmt_test_set(name, src, tgt)
+            root = unpack(archive, url, list(members.values()))
+            found[name] = {lang: root / member for lang, member in members.items()}
+    return found, inputs
+
+
+def extra_splits(names):
+    """{fairseq split: test set name} for further test sets: test1, test2, ..."""
+    return {f"test{i}": name for i, name in enumerate(names, 1)}
+
+
 def tokenize(sources, src, tgt, workers, sentencepiece, out):
     """Step 2: normalised (+ tokenised) train; tokenised valid/test; raw valid/test refs."""
     splits = {split: read_split(getattr(sources, split), src, tgt) for split in ("train", "valid", "test")}
+    splits.update({split: read_split([sources.extra[name]], src, tgt) for split, name in extra_splits(sources.extra).items()})
     for lang, side in ((src, 0), (tgt, 1)):
         train_fn = [NormalizePunctuation(lang)] + ([] if sentencepiece else [Tokenize(lang, aggressive_dash_splits=True)])
         eval_fn = [straight_apostrophe] + ([] if sentencepiece else [Tokenize(lang, aggressive_dash_splits=True)])
         write_lines(out / f"train.{lang}", map_lines(Compose(*train_fn), [p[side] for p in splits["train"]], workers, desc=f"normalise+tokenise train.{lang}"))
-        for split in ("valid", "test"):
+        for split in [name for name in splits if name != "train"]:
             lines = [p[side] for p in splits[split]]
             write_lines(out / f"{split}.raw.{lang}", lines)
             write_lines(out / f"{split}.{lang}", map_lines(Compose(*eval_fn), lines, workers, desc=f"tokenise {split}.{lang}"))
 
 
-def segment(tok_dir, src, tgt, merges, sentencepiece, workers, out):
-    """Steps 3-4: learn joint BPE (or SentencePiece) on train, apply, clean train."""
+def segment(tok_dir, src, tgt, merges, sentencepiece, workers, extra, out):
+    """Steps 3-4: learn joint BPE (or SentencePiece) on train, apply, clean train.
+    ``extra``: the further test splits (test1, ...)."""
     texts = [read_lines(tok_dir / f"train.{lang}") for lang in (src, tgt)]
     if sentencepiece:
         learn_sentencepiece(texts, out / "spm", sentencepiece)
@@ -120,7 +184,7 @@ def segment(tok_dir, src, tgt, merges, sentencepiece, workers, out):
         learn_joint_bpe(texts, out / "code", merges)
         apply = ApplyBPE(out / "code")
     seg = {}
-    for split in ("train", "valid", "test"):
+    for split in ("train", "valid", "test", *extra):
         for lang in (src, tgt):
             seg[split, lang] = map_lines(apply, read_lines(tok_dir / f"{split}.{lang}"), workers, desc=f"segment {split}.{lang}")
     train = [p for p in map_lines(CleanCorpus(1, 250, 1.5), list(zip(seg["train", src], seg["train", tgt])), workers, desc="clean train") if p]
@@ -131,29 +195,37 @@ def segment(tok_dir, src, tgt, merges, sentencepiece, workers, out):
 
 
 def prepare(out_dir, sources=None, archive_dir=None, download_dir="data/downloads", src="en", tgt="de", merges=32000,
-            sentencepiece=None, joined=True, train_pairs=None, seed=1, workers=2, force=False, keep_work=False, recipe="wmt14"):
+            sentencepiece=None, joined=True, train_pairs=None, seed=1, workers=2, force=False, keep_work=False, recipe="wmt14",
+            extra_tests=(), extra_test_dirs=(), test_name=TEST_NAME):
     """Build the WMT data directory ``out_dir`` from ``sources`` (a Sources) or the
-    standard archives; returns its stamp (sizes, options)."""
+    standard archives, with the further test sets ``extra_tests`` (names; see
+    :func:`extra_test_sources`); returns its stamp (sizes, options, test sets)."""
     out_dir = Path(out_dir)
     steps = Steps(out_dir.with_name(out_dir.name + ".work"), force)
     if sources is None:
         sources, inputs = standard_sources(steps, src, tgt, archive_dir, download_dir)
     else:
         inputs = sources.files()
+    extra_tests = [name for name in extra_tests if name != test_name]
+    sources.extra, extra_inputs = extra_test_sources(extra_tests, src, tgt, extra_test_dirs, steps, archive_dir, download_dir)
+    inputs = inputs + extra_inputs
+    extra = extra_splits(extra_tests)
     seg_name = f"spm{sentencepiece}" if sentencepiece else f"bpe{merges}"
     tok = steps.run(f"tokenize.{src}-{tgt}" + (".spm" if sentencepiece else ""),
-                    functools.partial(tokenize, sources, src, tgt, workers, sentencepiece), inputs=inputs)
-    seg = steps.run(f"{seg_name}.{src}-{tgt}", functools.partial(segment, tok.path, src, tgt, merges, sentencepiece, workers),
+                    functools.partial(tokenize, sources, src, tgt, workers, sentencepiece), inputs=inputs, options=extra_tests)
+    seg = steps.run(f"{seg_name}.{src}-{tgt}", functools.partial(segment, tok.path, src, tgt, merges, sentencepiece, workers, list(extra)),
                     inputs=[tok], options=[merges, sentencepiece])
 
-    splits = {split: read_parallel(seg.path / f"{split}.{src}", seg.path / f"{split}.{tgt}") for split in ("train", "valid", "test")}
+    tests = ["test", *extra]
+    splits = {split: read_parallel(seg.path / f"{split}.{src}", seg.path / f"{split}.{tgt}") for split in ("train", "valid", *tests)}
     splits["train"] = subsample(splits["train"], train_pairs, seed)
-    references = {f"{split}.raw": read_parallel(tok.path / f"{split}.raw.{src}", tok.path / f"{split}.raw.{tgt}") for split in ("valid", "test")}
-    references["test.tok"] = read_parallel(tok.path / f"test.{src}", tok.path / f"test.{tgt}")
-    options = {"recipe": recipe, "merges": None if sentencepiece else merges, "sentencepiece": sentencepiece, "train_pairs": train_pairs, "seed": seed}
-    extra = [seg.path / "spm.model"] if sentencepiece else [seg.path / "code"]
+    references = {f"{split}.raw": read_parallel(tok.path / f"{split}.raw.{src}", tok.path / f"{split}.raw.{tgt}") for split in ("valid", *tests)}
+    references.update({f"{split}.tok": read_parallel(tok.path / f"{split}.{src}", tok.path / f"{split}.{tgt}") for split in tests})
+    options = {"recipe": recipe, "merges": None if sentencepiece else merges, "sentencepiece": sentencepiece, "train_pairs": train_pairs, "seed": seed,
+               "test_sets": {test_name: "test", **{name: split for split, name in extra.items()}}}
+    model_files = [seg.path / "spm.model"] if sentencepiece else [seg.path / "code"]
     stamp = write_dataset(out_dir, Steps.key("dataset", [seg], [options, joined]), splits, references, src, tgt, joined,
-                          workers, extra_files=extra, summary=options, force=force)
+                          workers, extra_files=model_files, summary=options, force=force)
     if not keep_work:
         steps.clean()
     return stamp
@@ -185,6 +257,12 @@ def main(argv=None):
         parser.add_argument(f"--{split}", nargs="+", action="append", metavar="PATH",
                             help=f"{split} corpus from local files instead of the archives: PREFIX (PREFIX.SRC, PREFIX.TGT) or SRC_FILE TGT_FILE"
                             + ("; repeat to concatenate corpora" if split == "train" else ""))
+    parser.add_argument("--extra-tests", nargs="*", default=list(EXTRA_TESTS), metavar="NAME",
+                        help="further test sets, each binarised as test1, test2, ... (default: %(default)s, with newstest2014 "
+                             "the rest of the B2T paper's newstest2010-2016; none: give the flag alone)")
+    parser.add_argument("--extra-test-dir", nargs="+", default=[], metavar="DIR",
+                        help="folders holding further test sets as NAME.LANG (plain text or .sgm); the others come from "
+                             "statmt.org (wmtYY-test.tgz in --archive-dir, or downloaded)")
     parser.add_argument("--out", default="data/wmt14.en-de", help="output directory (default: data/wmt14.en-de)")
     add_wmt_args(parser)
     args = parser.parse_args(argv)
@@ -195,7 +273,8 @@ def main(argv=None):
         sources = Sources(*([local_pair(paths, args.src, args.tgt, parser) for paths in getattr(args, split)] for split in ("train", "valid", "test")))
     return run_cli(parser, prepare, out_dir=args.out, sources=sources, archive_dir=args.archive_dir, download_dir=args.download_dir, src=args.src, tgt=args.tgt,
                    merges=args.merges, sentencepiece=args.sentencepiece, joined=not args.separate_dictionaries, train_pairs=args.train_pairs,
-                   seed=args.seed, workers=args.workers, force=args.force, keep_work=args.keep_work)
+                   seed=args.seed, workers=args.workers, force=args.force, keep_work=args.keep_work,
+                   extra_tests=args.extra_tests, extra_test_dirs=args.extra_test_dir)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,9 @@ recipe's decoding settings, and score it three ways, each labelled as what it is
 * ``compound_split``: tokenised BLEU after fairseq's ``compound_split_bleu.sh`` hyphen
   rewrite (``a-b`` -> ``a ##AT##-##AT## b``), for comparison with older WMT14 papers.
 
+A recipe whose ``generate.test_sets`` names several test sets (the B2T paper's
+newstest2010-2016) has each scored the same way (``test_sets`` in the results) and
+``sacrebleu_mean``, the mean of their SacreBLEU scores, beside the main test set's.
 Results are written as JSON beside the run.
 """
 import json
@@ -93,6 +96,13 @@ def score(hyps_tok, hyps_detok, refs_tok=None, refs_raw=None, lowercase=False):
     return scores
 
 
+def mean_sacrebleu(per_set):
+    """The mean of each test set's detokenised SacreBLEU (the B2T paper's "Average" column)."""
+    scores = {name: metrics["sacrebleu"]["score"] for name, metrics in per_set.items()}
+    return {"score": round(sum(scores.values()) / len(scores), 2), "sets": scores,
+            "label": f"SacreBLEU, detokenised, mean of {len(scores)} test sets ({', '.join(scores)})"}
+
+
 def evaluate(run_dir, average_last=None, kind="epoch", subset="test", max_tokens=8000, cpu=None, echo=print):
     """Evaluate the run in ``run_dir`` (its run.json); returns and writes results.json."""
     run_dir = Path(run_dir)
@@ -107,14 +117,52 @@ def evaluate(run_dir, average_last=None, kind="epoch", subset="test", max_tokens
     data_bin = Path(run["data"])
     root = data_bin.parent if data_bin.name == "bin" else data_bin
     stamp = json.loads((root / "stamp.json").read_text()) if (root / "stamp.json").is_file() else {}
-    spm = bool(stamp.get("sentencepiece"))
+    test_sets = gen.get("test_sets") if subset == "test" else None
+    if test_sets:
+        prepared = stamp.get("test_sets", {})
+        missing = [name for name in test_sets if name not in prepared]
+        if missing:
+            raise ValueError(f"{root}: prepared without {', '.join(missing)} (the recipe scores {', '.join(test_sets)}); "
+                             "prepare it again with scripts/prepare_wmt14.py, which adds newstest2010-2016 by default")
+
+    def translate_and_score(split):
+        return score_subset(run, run_dir, data_bin, root, checkpoint, split, bool(stamp.get("sentencepiece")), max_tokens, cpu)
+
+    scores = translate_and_score(subset)
+    result = {"recipe": run["recipe"], "depth": run.get("depth"), "run_dir": str(run_dir), "subset": subset,
+              "sentences": scores.pop("sentences"), "checkpoints": [str(p) for p in checkpoints], "beam": gen.get("beam", 5),
+              "lenpen": gen.get("lenpen", 1.0), "bleu": scores, "paper": run.get("paper")}
+    if test_sets:
+        per_set = {}
+        for name in test_sets:
+            split = stamp["test_sets"][name]
+            per_set[name] = dict(scores) if split == subset else translate_and_score(split)
+            per_set[name].pop("sentences", None)
+            echo(f"{run['recipe']} {run.get('depth')}: {name} ({split}): SacreBLEU {per_set[name]['sacrebleu']['score']:.2f}")
+        result["test_sets"] = per_set
+        scores["sacrebleu_mean"] = mean_sacrebleu(per_set)
+    headline = gen.get("bleu", "sacrebleu")
+    result["headline"] = headline if headline in scores else next(iter(scores), None)
+    tmp = run_dir / "results.json.tmp"
+    tmp.write_text(json.dumps(result, indent=1))
+    tmp.replace(run_dir / "results.json")
+    for metric, value in scores.items():
+        echo(f"{run['recipe']} {run.get('depth')}: {value['label']}: {value['score']:.2f}" + (f"  [{value['signature']}]" if "signature" in value else ""))
+    return result
+
+
+def score_subset(run, run_dir, data_bin, root, checkpoint, subset, spm, max_tokens, cpu=None):
+    """Translate ``subset`` of ``data_bin`` with ``checkpoint`` and the recipe's decoding
+    settings; write the hypotheses beside the run; return :func:`score`'s metrics and
+    "sentences"."""
+    gen = run.get("generate", {})
     cpu = (not torch.cuda.is_available()) if cpu is None else cpu
     cmd = [BIN / "fairseq-generate", data_bin, "--user-dir", PLUGIN_DIR, "--path", checkpoint, "--gen-subset", subset,
            "--beam", gen.get("beam", 5), "--lenpen", gen.get("lenpen", 1.0), "--max-tokens", max_tokens,
            "--remove-bpe", "sentencepiece" if spm else "subword_nmt", *(["--cpu"] if cpu else []), *gen.get("extra", [])]
     log = run_dir / f"generate-{subset}.log"
     log.unlink(missing_ok=True)
-    run_logged(cmd, log, f"{run['recipe']} generate", echo=lambda line: "Generate " in line)
+    run_logged(cmd, log, f"{run['recipe']} generate {subset}", echo=lambda line: "Generate " in line)
 
     tgt = run["target_lang"]
     hyps = read_hypotheses(log)
@@ -129,14 +177,4 @@ def evaluate(run_dir, average_last=None, kind="epoch", subset="test", max_tokens
     for kind_, lines in refs.items():
         if lines is not None and len(lines) != len(hyps):
             raise ValueError(f"{root / f'{subset}.{kind_}.{tgt}'}: {len(lines)} references for {len(hyps)} hypotheses")
-    scores = score(hyps_tok, hyps_detok, refs["tok"], refs["raw"], lowercase=gen.get("lowercase", False))
-    headline = gen.get("bleu", "sacrebleu")
-    result = {"recipe": run["recipe"], "depth": run.get("depth"), "run_dir": str(run_dir), "subset": subset, "sentences": len(hyps),
-              "checkpoints": [str(p) for p in checkpoints], "beam": gen.get("beam", 5), "lenpen": gen.get("lenpen", 1.0),
-              "headline": headline if headline in scores else next(iter(scores), None), "bleu": scores, "paper": run.get("paper")}
-    tmp = run_dir / "results.json.tmp"
-    tmp.write_text(json.dumps(result, indent=1))
-    tmp.replace(run_dir / "results.json")
-    for metric, value in scores.items():
-        echo(f"{run['recipe']} {run.get('depth')}: {value['label']}: {value['score']:.2f}" + (f"  [{value['signature']}]" if "signature" in value else ""))
-    return result
+    return {**score(hyps_tok, hyps_detok, refs["tok"], refs["raw"], lowercase=gen.get("lowercase", False)), "sentences": len(hyps)}

@@ -1,0 +1,83 @@
+"""TorchScript: every registered arch scripts (as fairseq's own transformer does, fairseq's
+tests/test_export.py), gives the eager model's outputs, survives ``torch.jit.save`` /
+``load``, and a scripted beam search translates as the eager one."""
+import io
+
+import pytest
+import torch
+from conftest import TINY_MODEL, batch, build, plugin_archs
+from fairseq.sequence_generator import SequenceGenerator
+
+from fairseq_layernorm_plugins.models.base import ARCH_FAMILIES
+
+# every method with its options that change the forward pass
+VARIANTS = [(family, ()) for family in sorted(ARCH_FAMILIES)] + [
+    ("transformer_b2t", ("--b2t-no-layer-norm",)),
+    ("transformer_admin", ("--admin-init", "closed-logn")),
+]
+
+
+def scripted_pair(data_bin, arch, flags):
+    model, task, _ = build(data_bin, arch, *TINY_MODEL, *flags)
+    with torch.no_grad():  # omega away from 1 so that a wrong sub-layer index would show
+        for name, p in model.named_parameters():
+            if name.endswith("omega"):
+                p.uniform_(0.5, 2.0)
+    model.eval()
+    return model, torch.jit.script(model), task
+
+
+@pytest.mark.parametrize("family, flags", VARIANTS, ids=lambda v: " ".join(v) if isinstance(v, tuple) else v)
+def test_scripted_model_equals_eager(tiny_data_bin, family, flags):
+    model, scripted, task = scripted_pair(tiny_data_bin, family, flags)
+    net_input = batch(task)["net_input"]
+    with torch.no_grad():
+        expected = model(**net_input)[0]
+        torch.testing.assert_close(scripted(**net_input)[0], expected, rtol=1e-5, atol=1e-5)
+        buffer = io.BytesIO()
+        torch.jit.save(scripted, buffer)
+        buffer.seek(0)
+        torch.testing.assert_close(torch.jit.load(buffer)(**net_input)[0], expected, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(model(**net_input)[0], expected)  # the eager model still runs as before
+
+
+def test_every_registered_arch_scripts(tiny_data_bin):
+    for arch in sorted(plugin_archs()):
+        model, _, _ = build(tiny_data_bin, arch, *TINY_MODEL)
+        torch.jit.script(model.eval())
+
+
+@pytest.mark.parametrize("family, flags", [("transformer_admin", ()), ("transformer_b2t", ())])
+def test_scripted_beam_search_translates_as_eager(tiny_data_bin, family, flags):
+    """Incremental decoding through fairseq's scripted SequenceGenerator (beam 3)."""
+    model, _, task = scripted_pair(tiny_data_bin, family, flags)
+    sample = {"net_input": batch(task, n=4)["net_input"]}  # the type the scripted generator takes
+    generator = SequenceGenerator([model], task.target_dictionary, beam_size=3, max_len_b=20)
+    with torch.no_grad():
+        eager = generator.forward(sample)
+        scripted = torch.jit.script(generator).forward(sample)
+    for hyps_e, hyps_s in zip(eager, scripted):
+        assert [h["tokens"].tolist() for h in hyps_e] == [h["tokens"].tolist() for h in hyps_s]
+        torch.testing.assert_close(torch.stack([h["score"] for h in hyps_s]), torch.stack([h["score"] for h in hyps_e]))
+
+
+@pytest.mark.parametrize("family", ["transformer_admin", "transformer_b2t"])
+def test_pass_cut_short_leaves_nothing_behind(tiny_data_bin, family):
+    """An exception between two sub-layers (fairseq's out-of-memory recovery continues after
+    one) must not shift the sub-layer numbering of the next pass."""
+    model, _, task = scripted_pair(tiny_data_bin, family, ())
+    net_input = batch(task)["net_input"]
+    with torch.no_grad():
+        expected = model(**net_input)[0]
+        layer = model.encoder.layers[0]
+        fc1 = layer.fc1
+
+        def out_of_memory(*_):
+            raise RuntimeError("CUDA out of memory (simulated)")
+
+        handle = fc1.register_forward_pre_hook(out_of_memory)  # after sub-layer 1, before sub-layer 2
+        with pytest.raises(RuntimeError, match="simulated"):
+            model(**net_input)
+        handle.remove()
+        assert layer.sublayer == 1
+        torch.testing.assert_close(model(**net_input)[0], expected)
