@@ -84,3 +84,33 @@ def test_bad_recipes_name_the_file(tmp_path):
         load_recipe(tmp_path / "partial.yaml")
     with pytest.raises(RecipeError, match=r"no depth 7L-7L"):
         load_recipe("iwslt14/admin").with_depth("7L-7L")
+
+
+def _args(name, depth, data_bin, gpus=4):
+    return parsed(Launch(load_recipe(name).with_depth(depth), str(data_bin), "/tmp/unused", gpus=gpus), data_bin)
+
+
+def test_admin_authors_released_commands(tiny_data_bin):
+    """iwslt14/admin_scripts and wmt14/admin_scripts are Transformer-Clinic's released commands."""
+    for method in ("postln", "preln", "admin"):
+        args = _args(f"iwslt14/admin_scripts/{method}", None, tiny_data_bin, gpus=1)
+        assert args.share_all_embeddings and args.optimizer == "radam" and args.lr == [7e-4] and args.max_update == 100000
+        assert (args.lr_scheduler, args.warmup_updates, args.warmup_init_lr) == ("inverse_sqrt", 6000, 1e-7)
+        assert (args.dropout, args.attention_dropout, args.activation_dropout, args.weight_decay) == (0.3, 0.1, 0.1, 1e-4)
+        assert args.fp16 and (args.fp16_scale_window, args.threshold_loss_scale) == (256, 0.03125)
+        assert args.encoder_normalize_before == (method == "preln")  # the same schedule for all three
+    for method in ("postln", "preln", "admin"):
+        args = _args(f"wmt14/admin_scripts/{method}", "18L-18L", tiny_data_bin)
+        assert (args.attention_dropout, args.activation_dropout, args.weight_decay) == (0.1, 0.1, 0.0)
+        assert (args.max_tokens, args.update_freq, args.warmup_updates, args.lr) == (8192, [1], 8000, [1e-3])
+
+
+def test_b2t_authors_settings(tiny_data_bin):
+    """The B2T recipes take dropout 0.3 from the authors' command; b2t_released adds the
+    README's deep-model settings and the weight rescale."""
+    assert _args("wmt14/b2t/b2t", "18L-18L", tiny_data_bin).dropout == 0.3
+    deep = _args("wmt14/b2t_released/b2t", "18L-18L", tiny_data_bin)
+    assert deep.dropout == 0.35 and deep.clip_norm == 0.0 and deep.b2t_weight_rescale
+    deeper = _args("wmt14/b2t_released/preln", "60L-12L", tiny_data_bin)
+    assert deeper.dropout == 0.35 and deeper.clip_norm == 0.1 and not getattr(deeper, "b2t_weight_rescale", False)
+    assert _args("wmt14/b2t_released/b2t", "6L-6L", tiny_data_bin).dropout == 0.3

@@ -98,7 +98,8 @@ def test_evaluate_scores_each_set_and_their_mean(prepared, tmp_path):
     recipe_file = tmp_path / "tiny.yaml"
     recipe_file.write_text(TINY_RECIPE.format(arch="transformer_b2t").replace("src, target_lang: tgt", "en, target_lang: de").replace(
         "generate: {beam: 2, average_last: 2}",
-        "generate: {beam: 2, extra: [--max-len-b, '20'], test_sets: [newstest2011, newstest2014, newstest2016]}").replace(
+        "generate: {beam: 2, lenpen: 0.6, test_sets_lenpen: 1.0, extra: [--max-len-b, '20'], "
+        "test_sets: [newstest2011, newstest2014, newstest2016]}").replace(
         "checkpoint: {no_save: true}", "checkpoint: {no_epoch_checkpoints: true}"))
     run_dir = tmp_path / "run"
     train(Launch(load_recipe(recipe_file), str(out / "bin"), str(run_dir / "checkpoints"), cpu_workers=1,
@@ -108,13 +109,18 @@ def test_evaluate_scores_each_set_and_their_mean(prepared, tmp_path):
     cli = {name: round(sacrebleu_cli(out / f"{split}.raw.de", run_dir / f"{split}.hyp.detok.de"), 2)
            for name, split in (("newstest2011", "test1"), ("newstest2014", "test"), ("newstest2016", "test3"))}
     assert {name: s["sacrebleu"]["score"] for name, s in result["test_sets"].items()} == cli
+    assert {name: s["lenpen"] for name, s in result["test_sets"].items()} == {"newstest2011": 1.0, "newstest2014": 0.6, "newstest2016": 1.0}
+    assert "'lenpen': 0.6" in (run_dir / "generate-test.log").read_text()  # what fairseq-generate ran with
+    assert "'lenpen': 1.0" in (run_dir / "generate-test3.log").read_text()
     mean = result["bleu"]["sacrebleu_mean"]
     assert mean["score"] == round(sum(cli.values()) / 3, 2) and mean["sets"] == cli
     assert result["bleu"]["sacrebleu"] == result["test_sets"]["newstest2014"]["sacrebleu"]  # the main test set, as before
     assert json.loads((run_dir / "results.json").read_text()) == result
 
 
-def test_b2t_recipes_compare_on_the_mean_of_newstest2010_2016():
-    recipe = load_recipe("wmt14/b2t/b2t")
+@pytest.mark.parametrize("name", ["wmt14/b2t/b2t", "wmt14/b2t_released/b2t", "wmt14/b2t/preln"])
+def test_b2t_recipes_compare_on_the_mean_of_newstest2010_2016(name):
+    recipe = load_recipe(name)
     assert recipe.data["generate"]["test_sets"] == list(wmt14.B2T_TEST_SETS)
+    assert (recipe.data["generate"]["lenpen"], recipe.data["generate"]["test_sets_lenpen"]) == (0.6, 1.0)  # the authors' README
     assert recipe.data["paper"]["compare"] == "sacrebleu_mean"

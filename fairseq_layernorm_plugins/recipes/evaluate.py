@@ -10,7 +10,9 @@ recipe's decoding settings, and score it three ways, each labelled as what it is
 
 A recipe whose ``generate.test_sets`` names several test sets (the B2T paper's
 newstest2010-2016) has each scored the same way (``test_sets`` in the results) and
-``sacrebleu_mean``, the mean of their SacreBLEU scores, beside the main test set's.
+``sacrebleu_mean``, the mean of their SacreBLEU scores, beside the main test set's;
+``generate.test_sets_lenpen`` is the length penalty for the sets other than the main one
+(the B2T authors decode newstest2014 with 0.6 and the other years with 1.0).
 Results are written as JSON beside the run.
 """
 import json
@@ -98,7 +100,7 @@ def score(hyps_tok, hyps_detok, refs_tok=None, refs_raw=None, lowercase=False):
 
 def mean_sacrebleu(per_set):
     """The mean of each test set's detokenised SacreBLEU (the B2T paper's "Average" column)."""
-    scores = {name: metrics["sacrebleu"]["score"] for name, metrics in per_set.items()}
+    scores = {name: metrics["sacrebleu"]["score"] for name, metrics in per_set.items()}  # per_set: {name: score()'s metrics}
     return {"score": round(sum(scores.values()) / len(scores), 2), "sets": scores,
             "label": f"SacreBLEU, detokenised, mean of {len(scores)} test sets ({', '.join(scores)})"}
 
@@ -125,8 +127,8 @@ def evaluate(run_dir, average_last=None, kind="epoch", subset="test", max_tokens
             raise ValueError(f"{root}: prepared without {', '.join(missing)} (the recipe scores {', '.join(test_sets)}); "
                              "prepare it again with scripts/prepare_wmt14.py, which adds newstest2010-2016 by default")
 
-    def translate_and_score(split):
-        return score_subset(run, run_dir, data_bin, root, checkpoint, split, bool(stamp.get("sentencepiece")), max_tokens, cpu)
+    def translate_and_score(split, lenpen=gen.get("lenpen", 1.0)):
+        return score_subset(run, run_dir, data_bin, root, checkpoint, split, lenpen, bool(stamp.get("sentencepiece")), max_tokens, cpu)
 
     scores = translate_and_score(subset)
     result = {"recipe": run["recipe"], "depth": run.get("depth"), "run_dir": str(run_dir), "subset": subset,
@@ -136,8 +138,10 @@ def evaluate(run_dir, average_last=None, kind="epoch", subset="test", max_tokens
         per_set = {}
         for name in test_sets:
             split = stamp["test_sets"][name]
-            per_set[name] = dict(scores) if split == subset else translate_and_score(split)
+            lenpen = gen.get("lenpen", 1.0) if split == subset else gen.get("test_sets_lenpen", gen.get("lenpen", 1.0))
+            per_set[name] = dict(scores) if split == subset else translate_and_score(split, lenpen)
             per_set[name].pop("sentences", None)
+            per_set[name]["lenpen"] = lenpen
             echo(f"{run['recipe']} {run.get('depth')}: {name} ({split}): SacreBLEU {per_set[name]['sacrebleu']['score']:.2f}")
         result["test_sets"] = per_set
         scores["sacrebleu_mean"] = mean_sacrebleu(per_set)
@@ -151,14 +155,14 @@ def evaluate(run_dir, average_last=None, kind="epoch", subset="test", max_tokens
     return result
 
 
-def score_subset(run, run_dir, data_bin, root, checkpoint, subset, spm, max_tokens, cpu=None):
-    """Translate ``subset`` of ``data_bin`` with ``checkpoint`` and the recipe's decoding
-    settings; write the hypotheses beside the run; return :func:`score`'s metrics and
+def score_subset(run, run_dir, data_bin, root, checkpoint, subset, lenpen, spm, max_tokens, cpu=None):
+    """Translate ``subset`` of ``data_bin`` with ``checkpoint``, the recipe's beam and
+    ``lenpen``; write the hypotheses beside the run; return :func:`score`'s metrics and
     "sentences"."""
     gen = run.get("generate", {})
     cpu = (not torch.cuda.is_available()) if cpu is None else cpu
     cmd = [BIN / "fairseq-generate", data_bin, "--user-dir", PLUGIN_DIR, "--path", checkpoint, "--gen-subset", subset,
-           "--beam", gen.get("beam", 5), "--lenpen", gen.get("lenpen", 1.0), "--max-tokens", max_tokens,
+           "--beam", gen.get("beam", 5), "--lenpen", lenpen, "--max-tokens", max_tokens,
            "--remove-bpe", "sentencepiece" if spm else "subword_nmt", *(["--cpu"] if cpu else []), *gen.get("extra", [])]
     log = run_dir / f"generate-{subset}.log"
     log.unlink(missing_ok=True)
