@@ -1,6 +1,10 @@
 """A grid through submitit's local executor to results and a table; sbatch dry-run
 scripts; the table layout and the curve plot."""
 import json
+import os
+import signal
+import subprocess
+import time
 import shutil
 
 import pytest
@@ -80,6 +84,56 @@ def test_sbatch_dry_run_names_resources_and_command(tmp_path):
                   "/data/wmt14.en-de", str(tmp_path / "runs" / "wmt14" / "admin" / "admin" / "18L-18L.seed2" / "checkpoints")):
         assert flags in command, flags
     assert "evaluate.py" in script.splitlines()[-1]
+
+
+STUBS = {
+    "srun": 'echo "srun $*" >> "$CALLS"; echo $$ > "$STUB_DIR/srun.pid"; [ -n "$SRUN_EXIT" ] && exit "$SRUN_EXIT"; exec sleep 60',
+    "scontrol": 'echo "scontrol $*" >> "$CALLS"',
+    "python": 'echo "python $*" >> "$CALLS"',
+}
+
+
+def run_sbatch(tmp_path, srun_exit=None, send_usr1=False):
+    """Run a generated sbatch script under bash with stub srun / scontrol / python on PATH;
+    return (exit status, the stubs' recorded calls)."""
+    run = grid(["iwslt14/admin"], None, [1], data="/data/iwslt14", runs=str(tmp_path / "runs"), gpus=2)[0]
+    script = write_sbatch(run, tmp_path / "sbatch")
+    stubs = tmp_path / "stubs"
+    stubs.mkdir()
+    for name, body in STUBS.items():
+        (stubs / name).write_text("#!/bin/bash\n" + body + "\n")
+        (stubs / name).chmod(0o755)
+    calls = tmp_path / "calls"
+    env = {**os.environ, "PATH": f"{stubs}:{os.environ['PATH']}", "CALLS": str(calls), "STUB_DIR": str(stubs),
+           "SLURM_JOB_ID": "4242", **({"SRUN_EXIT": str(srun_exit)} if srun_exit is not None else {})}
+    proc = subprocess.Popen(["bash", str(script)], env=env)
+    try:
+        if send_usr1:
+            deadline = time.monotonic() + 30
+            while not (stubs / "srun.pid").is_file() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(0.2)  # the script is in `wait` by now
+            proc.send_signal(signal.SIGUSR1)
+        status = proc.wait(timeout=30)
+    finally:
+        if (stubs / "srun.pid").is_file():
+            subprocess.run(["kill", (stubs / "srun.pid").read_text().strip()], capture_output=True)
+    return status, calls.read_text().splitlines() if calls.is_file() else []
+
+
+def test_sbatch_requeues_on_usr1_without_evaluating(tmp_path):
+    status, calls = run_sbatch(tmp_path, send_usr1=True)
+    assert status == 0 and [c.split()[0] for c in calls] == ["srun", "scontrol"]
+    assert calls[1] == "scontrol requeue 4242"
+
+
+@pytest.mark.parametrize("srun_exit, evaluated", [(0, True), (1, False)])
+def test_sbatch_evaluates_only_after_training_ends_by_itself(tmp_path, srun_exit, evaluated):
+    status, calls = run_sbatch(tmp_path, srun_exit=srun_exit)
+    assert status == srun_exit
+    assert [c.split()[0] for c in calls] == ["srun", "python"] if evaluated else ["srun"]
+    if evaluated:
+        assert calls[1].endswith("scripts/evaluate.py " + str(tmp_path / "runs" / "iwslt14" / "admin" / "6L-6L.seed1"))
 
 
 def test_table_layout_mean_std_and_difference():

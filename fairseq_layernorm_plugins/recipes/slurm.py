@@ -89,8 +89,9 @@ def submit(runs, folder, cluster=None, timeout_min=4320, partition=None, cpus_pe
 
 
 def write_sbatch(run, directory, timeout_min=4320, partition=None, cpus_per_task=8, mem_gb=None, account=None):
-    """An sbatch script equivalent to submitting ``run``: one task per GPU on each node,
-    requeue on preemption (SIGUSR1 120 s before the end), then evaluation."""
+    """An sbatch script equivalent to submitting ``run``: one task per GPU on each node;
+    on SIGUSR1 (120 s before the time limit, or preemption) the job is requeued and the
+    script exits; evaluation runs only when training exited 0 (it reached the recipe's end)."""
     launch = run.launch(slurm=True)
     run_dir = run.run_dir(launch.recipe)
     directory = Path(directory)
@@ -102,10 +103,15 @@ def write_sbatch(run, directory, timeout_min=4320, partition=None, cpus_per_task
              "#SBATCH --requeue", "#SBATCH --signal=B:USR1@120", f"#SBATCH --output={run_dir}/slurm-%j.out"]
     lines += [f"#SBATCH --partition={partition}"] * bool(partition) + [f"#SBATCH --mem={mem_gb}G"] * bool(mem_gb)
     lines += [f"#SBATCH --account={account}"] * bool(account)
-    lines += ["", f"# {launch.describe()}", "# on preemption or timeout: requeue; fairseq resumes from checkpoint_last.pt",
-              'trap \'scontrol requeue "$SLURM_JOB_ID"\' USR1', f"mkdir -p {shlex.quote(str(run_dir))}",
+    lines += ["", f"# {launch.describe()}",
+              "# on preemption or timeout (USR1): requeue and stop here; fairseq resumes from checkpoint_last.pt",
+              'trap \'scontrol requeue "$SLURM_JOB_ID"; exit 0\' USR1', f"mkdir -p {shlex.quote(str(run_dir))}",
               f"cat > {shlex.quote(str(run_dir / 'run.json'))} <<'JSON'", json.dumps(launch.record(), indent=1), "JSON",
-              f"srun --label {shlex.join(launch.command())} >> {shlex.quote(str(run_dir / 'train.log'))} 2>&1 &", "wait $!",
+              f"srun --label {shlex.join(launch.command())} >> {shlex.quote(str(run_dir / 'train.log'))} 2>&1 &",
+              "wait $!  # returns early when USR1 arrives; the trap then requeues and exits",
+              "status=$?",
+              '[ "$status" -eq 0 ] || { echo "training exited with status $status: not evaluating" >&2; exit "$status"; }',
+              "# training ended by itself: evaluate",
               f"python {shlex.quote(str(Path(run.config_dir).parent / 'scripts' / 'evaluate.py'))} {shlex.quote(str(run_dir))}", ""]
     path = directory / f"{name}.sbatch"
     path.write_text("\n".join(lines))
