@@ -4,6 +4,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 import shutil
 
@@ -164,3 +165,34 @@ def test_log_curves_place_a_validation_between_logged_updates(tmp_path):
     curves = read_log_curves(tmp_path / "train.log")
     assert curves["valid"][0]["epoch"] == pytest.approx(2.0 + 110 / 250)  # 250 updates per epoch, as logged
     assert curves["end"] == {"update": 610, "wall": 212.0}
+
+
+RANK_WORKER = """
+import sys
+from fairseq_layernorm_plugins.recipes.launch import Launch, train
+from fairseq_layernorm_plugins.recipes.slurm import grid
+run = grid(["iwslt14/admin"], None, [1], data=sys.argv[1], runs=sys.argv[2], gpus=2)[0]
+launch = run.launch()
+launch.train_entry = sys.argv[3]
+for _ in range(20):
+    train(launch, run.run_dir())
+"""
+
+
+def test_tasks_of_one_job_leave_one_record_and_a_log_each(tmp_path):
+    """Every task of a 2-GPU submitit job runs GridRun: run.json comes from rank 0 alone
+    (atomically, however the tasks interleave), and each rank logs to its own file."""
+    entry = tmp_path / "fake-train"
+    entry.write_text('#!/bin/bash\necho "rank $SLURM_PROCID | train_inner | done"\n')
+    entry.chmod(0o755)
+    runs = tmp_path / "runs"
+    procs = [subprocess.Popen([sys.executable, "-c", RANK_WORKER, "/data/iwslt14", str(runs), str(entry)],
+                              env={**os.environ, "SLURM_PROCID": str(rank)}, stdout=subprocess.DEVNULL) for rank in (0, 1)]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0]
+    run = grid(["iwslt14/admin"], None, [1], data="/data/iwslt14", runs=str(runs), gpus=2)[0]
+    run_dir, launch = run.run_dir(), run.launch()
+    launch.train_entry = str(entry)
+    assert json.loads((run_dir / "run.json").read_text()) == json.loads(json.dumps(launch.record()))
+    assert set((run_dir / "train.log").read_text().splitlines()) == {"rank 0 | train_inner | done"}
+    assert set((run_dir / "train.rank1.log").read_text().splitlines()) == {"rank 1 | train_inner | done"}
+    assert not list(run_dir.glob("*.tmp"))

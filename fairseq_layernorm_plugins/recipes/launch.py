@@ -10,6 +10,7 @@ run's save dir, as fairseq does by default.
 import copy
 import json
 import math
+import os
 import shlex
 import subprocess
 import sys
@@ -137,12 +138,27 @@ class Launch:
                 "target_lang": recipe.fairseq["task"]["target_lang"], "command": shlex.join(self.command())}
 
 
+def process_rank():
+    """This process's rank in a multi-process job (SLURM's task id, torchrun's RANK), else 0."""
+    return int(os.environ.get("SLURM_PROCID", os.environ.get("RANK", 0)))
+
+
 def write_record(run_dir, launch):
+    """``run_dir/run.json``, written by rank 0 only (every task of a submitit / srun job runs
+    this), through a temp file of its own, then renamed."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    tmp = run_dir / "run.json.tmp"
+    if process_rank() != 0:
+        return
+    tmp = run_dir / f"run.json.{os.getpid()}.tmp"
     tmp.write_text(json.dumps(launch.record(), indent=1))
     tmp.replace(run_dir / "run.json")
+
+
+def train_log(run_dir):
+    """``train.log`` for rank 0; ``train.rank<N>.log`` for the other tasks of a job."""
+    rank = process_rank()
+    return Path(run_dir) / ("train.log" if rank == 0 else f"train.rank{rank}.log")
 
 
 def run_logged(cmd, log_path, label, echo=lambda line: True, env=None):
@@ -165,11 +181,12 @@ def is_progress(line):
 
 
 def train(launch, run_dir, env=None):
-    """Write ``run_dir/run.json`` and run the training, logging to ``run_dir/train.log``."""
+    """Write ``run_dir/run.json`` and run the training, logging to ``run_dir/train.log``
+    (each task of a multi-process job: see :func:`write_record`, :func:`train_log`)."""
     run_dir = Path(run_dir)
     write_record(run_dir, launch)
     print(launch.describe(), flush=True)
     if (Path(launch.save_dir) / "checkpoint_last.pt").exists():
         print(f"resuming from {Path(launch.save_dir) / 'checkpoint_last.pt'}", flush=True)
-    run_logged(launch.command(), run_dir / "train.log", launch.recipe.name, is_progress, env)
+    run_logged(launch.command(), train_log(run_dir), launch.recipe.name, is_progress, env)
     return run_dir
