@@ -170,8 +170,10 @@ def test_wmt14_from_archives_valid_is_newstest2013_test_is_newstest2014(segmenta
     assert read_lines(out / "test.raw.en") == xml_segments(read_lines(shared / "wmt14" / "test-full" / "newstest2014-deen-src.en.sgm"))
     assert (out / "bin" / "dict.en.txt").read_text() == (out / "bin" / "dict.de.txt").read_text()  # joined dictionary
     first_test = read_lines(out / "test.en")[0]
+    # Moses-tokenised references for tokenised BLEU, whatever the segmentation
+    assert read_lines(out / "test.tok.en")[0] == "Gutach : Increased safety for pedestrians"
+    assert sum(" @-@ " in line for line in read_lines(out / "test.tok.de")) > 100  # aggressive hyphen splitting
     if segmentation == "bpe":
-        assert read_lines(out / "test.tok.en")[0] == "Gutach : Increased safety for pedestrians"
         assert "@@" in " ".join(read_lines(out / "train.en")) and (out / "code").is_file()
     else:
         assert first_test.startswith("▁") and (out / "spm.model").is_file()

@@ -160,17 +160,21 @@ def extra_splits(names):
 
 
 def tokenize(sources, src, tgt, workers, sentencepiece, out):
-    """Step 2: normalised (+ tokenised) train; tokenised valid/test; raw valid/test refs."""
+    """Step 2: normalised (+ tokenised) train; valid/test as segmentation input
+    (``{split}.{lang}``), Moses-tokenised (``{split}.tok.{lang}``, the references of
+    tokenised BLEU, with SentencePiece too) and raw (``{split}.raw.{lang}``)."""
     splits = {split: read_split(getattr(sources, split), src, tgt) for split in ("train", "valid", "test")}
     splits.update({split: read_split([sources.extra[name]], src, tgt) for split, name in extra_splits(sources.extra).items()})
     for lang, side in ((src, 0), (tgt, 1)):
         train_fn = [NormalizePunctuation(lang)] + ([] if sentencepiece else [Tokenize(lang, aggressive_dash_splits=True)])
-        eval_fn = [straight_apostrophe] + ([] if sentencepiece else [Tokenize(lang, aggressive_dash_splits=True)])
+        tokenized_fn = Compose(straight_apostrophe, Tokenize(lang, aggressive_dash_splits=True))
         write_lines(out / f"train.{lang}", map_lines(Compose(*train_fn), [p[side] for p in splits["train"]], workers, desc=f"normalise+tokenise train.{lang}"))
         for split in [name for name in splits if name != "train"]:
             lines = [p[side] for p in splits[split]]
             write_lines(out / f"{split}.raw.{lang}", lines)
-            write_lines(out / f"{split}.{lang}", map_lines(Compose(*eval_fn), lines, workers, desc=f"tokenise {split}.{lang}"))
+            write_lines(out / f"{split}.tok.{lang}", map_lines(tokenized_fn, lines, workers, desc=f"tokenise {split}.{lang}"))
+            segmentation_input = [straight_apostrophe(line) for line in lines] if sentencepiece else read_lines(out / f"{split}.tok.{lang}")
+            write_lines(out / f"{split}.{lang}", segmentation_input)
 
 
 def segment(tok_dir, src, tgt, merges, sentencepiece, workers, extra, out):
@@ -212,7 +216,8 @@ def prepare(out_dir, sources=None, archive_dir=None, download_dir="data/download
     extra = extra_splits(extra_tests)
     seg_name = f"spm{sentencepiece}" if sentencepiece else f"bpe{merges}"
     tok = steps.run(f"tokenize.{src}-{tgt}" + (".spm" if sentencepiece else ""),
-                    functools.partial(tokenize, sources, src, tgt, workers, sentencepiece), inputs=inputs, options=extra_tests)
+                    functools.partial(tokenize, sources, src, tgt, workers, sentencepiece), inputs=inputs,
+                    options={"extra_tests": extra_tests, "tokenized_references": True})
     seg = steps.run(f"{seg_name}.{src}-{tgt}", functools.partial(segment, tok.path, src, tgt, merges, sentencepiece, workers, list(extra)),
                     inputs=[tok], options=[merges, sentencepiece])
 
@@ -220,7 +225,7 @@ def prepare(out_dir, sources=None, archive_dir=None, download_dir="data/download
     splits = {split: read_parallel(seg.path / f"{split}.{src}", seg.path / f"{split}.{tgt}") for split in ("train", "valid", *tests)}
     splits["train"] = subsample(splits["train"], train_pairs, seed)
     references = {f"{split}.raw": read_parallel(tok.path / f"{split}.raw.{src}", tok.path / f"{split}.raw.{tgt}") for split in ("valid", *tests)}
-    references.update({f"{split}.tok": read_parallel(tok.path / f"{split}.{src}", tok.path / f"{split}.{tgt}") for split in tests})
+    references.update({f"{split}.tok": read_parallel(tok.path / f"{split}.tok.{src}", tok.path / f"{split}.tok.{tgt}") for split in tests})
     options = {"recipe": recipe, "merges": None if sentencepiece else merges, "sentencepiece": sentencepiece, "train_pairs": train_pairs, "seed": seed,
                "test_sets": {test_name: "test", **{name: split for split, name in extra.items()}}}
     model_files = [seg.path / "spm.model"] if sentencepiece else [seg.path / "code"]
