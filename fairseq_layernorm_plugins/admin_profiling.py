@@ -5,8 +5,11 @@ and a file at decode time. Here profiling happens just before fairseq builds its
 ``Trainer``: the model exists with its initial parameters, but the fp16 conversion,
 the fp32 master copies, the optimizer and the DDP wrapper do not yet, so nothing
 overwrites the profiled omega. It is skipped whenever fairseq is about to load a
-checkpoint (resume, ``--finetune-from-model``); ``fairseq-generate`` builds no
-Trainer and never profiles. Every rank profiles the same batches (one unsharded
+checkpoint that holds omega (resume, ``--continue-once``, ``--restore-file`` with or
+without ``--reset-*``, ``--finetune-from-model``); a checkpoint without omega (a
+Post-LN model's) is profiled on its own weights, and fairseq's load then keeps the
+profiled omega (:meth:`TransformerAdminModel.upgrade_state_dict_named`).
+``fairseq-generate`` builds no Trainer and never profiles. Every rank profiles the same batches (one unsharded
 iterator, the run's seed) and omega is then broadcast from rank 0, so all ranks
 start identical.
 """
@@ -82,12 +85,22 @@ def padding_masks(model, sample):
             "decoder": net_input["prev_output_tokens"].eq(model.decoder.padding_idx)}
 
 
-def checkpoint_will_be_loaded(checkpoint_cfg):
-    """Mirror of fairseq's ``checkpoint_utils.load_checkpoint`` path resolution."""
+def checkpoint_to_load(checkpoint_cfg):
+    """The checkpoint fairseq's ``checkpoint_utils.load_checkpoint`` is about to read, or
+    None (its path resolution, mirrored): ``checkpoint_last.pt`` when it exists, else
+    ``--continue-once`` or ``--finetune-from-model``; or ``--restore-file``."""
+    suffix = checkpoint_cfg.checkpoint_suffix or ""
     if checkpoint_cfg.restore_file == "checkpoint_last.pt":
-        path = os.path.join(checkpoint_cfg.save_dir, f"checkpoint_last{checkpoint_cfg.checkpoint_suffix}.pt")
-        return os.path.exists(path) or bool(checkpoint_cfg.finetune_from_model)
-    return os.path.exists(checkpoint_cfg.restore_file)
+        last = os.path.join(checkpoint_cfg.save_dir, f"checkpoint_last{suffix}.pt")
+        if os.path.exists(last):
+            return last
+        return getattr(checkpoint_cfg, "continue_once", None) or checkpoint_cfg.finetune_from_model
+    path = checkpoint_cfg.restore_file.replace(".pt", suffix + ".pt") if suffix else checkpoint_cfg.restore_file
+    return path if os.path.exists(path) else None
+
+
+def omega_keys(state):
+    return [key for key in state if key.endswith(".omega")]
 
 
 def profiling_batches(cfg, task, model, num_batches):
@@ -123,9 +136,17 @@ def maybe_profile(cfg, task, model):
     args = getattr(model, "args", None)
     if not hasattr(model, "admin_layers") or getattr(args, "admin_init", None) != "profile":
         return
-    if checkpoint_will_be_loaded(cfg.checkpoint):
-        logger.info("Admin: omega comes from the checkpoint to be loaded; not profiling")
-        return
+    path = checkpoint_to_load(cfg.checkpoint)
+    if path is not None:
+        state = torch.load(path, map_location="cpu", weights_only=False, mmap=True)["model"]
+        if omega_keys(state):
+            logger.info(f"Admin: omega comes from {path}, the checkpoint to be loaded; not profiling")
+            return
+        # not an Admin checkpoint (a Post-LN one, say): profile the weights it holds
+        missing, unexpected = model.load_state_dict(state, strict=False)  # omega filled in by upgrade_state_dict_named
+        if unexpected or missing:
+            raise ValueError(f"{path}: not a checkpoint of this model (missing {missing[:3]}, unexpected {unexpected[:3]})")
+        logger.info(f"Admin: {path} holds no omega; profiling its weights")
     if torch.cuda.is_available() and not cfg.common.cpu:
         model.cuda()
     start = time.perf_counter()

@@ -151,3 +151,49 @@ def test_one_command_profiles_trains_resumes_and_generates(tiny_data_bin, tmp_pa
     )
     assert sum(line.startswith("H-") for line in out.splitlines()) == 40
     assert "Admin profile" not in out
+
+
+RESET = ["--reset-optimizer", "--reset-lr-scheduler", "--reset-meters", "--reset-dataloader"]
+
+
+@pytest.fixture(scope="module")
+def admin_checkpoint(tiny_data_bin, tmp_path_factory):
+    save = tmp_path_factory.mktemp("admin")
+    admin_train(tiny_data_bin, save, 1, cwd=save)
+    return save / "checkpoint_last.pt"
+
+
+@pytest.mark.parametrize("how", [["--continue-once"], ["--restore-file"], ["--restore-file", *RESET], ["--finetune-from-model"]],
+                         ids=["continue-once", "restore-file", "restore-file+reset", "finetune-from-model"])
+def test_every_way_of_starting_from_an_admin_checkpoint_keeps_its_omega(tiny_data_bin, tmp_path, admin_checkpoint, how):
+    flags = [how[0], admin_checkpoint, *how[1:]]
+    log = admin_train(tiny_data_bin, tmp_path / "ckpt", 2, *flags, cwd=tmp_path)
+    assert f"omega comes from {admin_checkpoint}" in log and "Admin profile" not in log
+    before = torch.load(admin_checkpoint, map_location="cpu", weights_only=False)["model"]
+    after = torch.load(tmp_path / "ckpt" / "checkpoint_last.pt", map_location="cpu", weights_only=False)["model"]
+    for key in (k for k in before if k.endswith("omega")):  # lr 1e-9: still the checkpoint's omega
+        torch.testing.assert_close(after[key], before[key], atol=1e-5, rtol=0)
+
+
+def test_a_post_ln_checkpoint_is_profiled_on_its_own_weights(tiny_data_bin, tmp_path):
+    post_ln = tmp_path / "postln"
+    run_cli("fairseq-train", tiny_data_bin, "--user-dir", PLUGIN_DIR, "--arch", "transformer_postln_iwslt_de_en", *DIMS,
+            "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "1000", "--max-update", "2", "--cpu", "--seed", "4",
+            "--save-dir", post_ln, "--no-epoch-checkpoints", "--no-progress-bar", cwd=tmp_path)
+    report = tmp_path / "profile.json"
+    log = admin_train(tiny_data_bin, tmp_path / "admin", 1, "--restore-file", post_ln / "checkpoint_last.pt", *RESET,
+                      "--admin-profile-json", report, cwd=tmp_path)
+    assert "holds no omega; profiling its weights" in log and "Loaded checkpoint" in log
+    source = torch.load(post_ln / "checkpoint_last.pt", map_location="cpu", weights_only=False)["model"]
+    profiled = json.loads(report.read_text())
+    trained = torch.load(tmp_path / "admin" / "checkpoint_last.pt", map_location="cpu", weights_only=False)["model"]
+    for row in profiled["encoder"] + profiled["decoder"]:
+        assert row["omega"] > 0
+    omegas = [r["omega"] for r in profiled["decoder"]]
+    assert omegas[0] == 1.0 and max(omegas) > 1.0
+    for stack in ("encoder", "decoder"):
+        for row in profiled[stack]:
+            omega = trained[f"{stack}.layers.{row['layer']}.omega"][row["sublayer"]]
+            torch.testing.assert_close(omega, torch.full_like(omega, row["omega"]), atol=1e-5, rtol=0)  # the load kept them
+    # the weights the Admin run started from are the Post-LN checkpoint's (lr 1e-9 since)
+    torch.testing.assert_close(trained["encoder.layers.0.fc1.weight"], source["encoder.layers.0.fc1.weight"], atol=1e-6, rtol=0)

@@ -140,6 +140,15 @@ class TransformerAdminModel(PluginTransformerModel):
                         layer.omega.fill_(admin_closed_form_omega(n, args.admin_init))
         return model
 
+    def upgrade_state_dict_named(self, state_dict, name):
+        """A checkpoint without omega (a Post-LN model's) keeps this model's omega: the
+        profiled one when training starts from it, 1 (plain Post-LN) otherwise."""
+        super().upgrade_state_dict_named(state_dict, name)
+        prefix = f"{name}." if name else ""
+        for stack, layers in self.admin_layers().items():
+            for i, layer in enumerate(layers):
+                state_dict.setdefault(f"{prefix}{stack}.layers.{i}.omega", layer.omega.detach().clone())
+
     def admin_layers(self):
         """{"encoder" | "decoder": every layer of the stack, LayerDrop or not}."""
         return {"encoder": stack_layers(self.encoder), "decoder": stack_layers(self.decoder)}
