@@ -8,12 +8,9 @@ from setuptools import find_packages, setup
 FAIRSEQ = [
     # The official 0.12.2 does not import on Python >= 3.11 (dataclass mutable
     # defaults); fairseq-fixed is fairseq main (0.12.3) with the 3.11 fixes.
-    'fairseq-fixed==0.12.3.1; python_version >= "3.11"',
-    'hydra-core==1.3.2; python_version >= "3.11"',
-    'omegaconf==2.3.0; python_version >= "3.11"',
-    'fairseq==0.12.2; python_version < "3.11"',
-    'hydra-core==1.0.7; python_version < "3.11"',
-    'omegaconf==2.0.6; python_version < "3.11"',
+    "fairseq-fixed==0.12.3.1",
+    "hydra-core==1.3.2",
+    "omegaconf==2.3.0",
 ]
 
 setup(
@@ -25,11 +22,11 @@ setup(
     ),
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
-    python_requires=">=3.8",
+    python_requires=">=3.11",  # what is tested: CI runs 3.11, the GPU bundle targets 3.12
     packages=find_packages(include=["fairseq_layernorm_plugins", "fairseq_layernorm_plugins.*"]),
     install_requires=FAIRSEQ
     + [
-        "torch>=1.13",  # the exact version comes from constraints.txt
+        "torch>=2.13",  # what CI runs (constraints.txt pins it); a GPU node's own build is installed around with --no-deps
         "numpy",
         "sacrebleu>=2.0",
         "sacremoses>=0.0.53",

@@ -9,21 +9,12 @@ Layout:
     modules/       the shared layer/encoder/decoder subclasses built on fairseq's hooks
     optim/         optimizers (``radam``) and, in ``optim/lr_scheduler/``, LR schedules
 """
-from fairseq_layernorm_plugins._compat import (
-    bf16_on_cuda,
-    check_fairseq,
-    enable_fairseq_checkpoint_loading,
-    keep_last_batch,
-)
+from fairseq_layernorm_plugins import _compat
 
-enable_fairseq_checkpoint_loading()
-check_fairseq()
-keep_last_batch()
-bf16_on_cuda()
+_compat.apply("checkpoint_loading")
+_compat.check_fairseq()
+_compat.apply("bf16_on_cuda")  # the other patches apply when a plugin model is built (see _compat)
 
 from fairseq_layernorm_plugins import models, optim  # noqa: E402,F401  (registers everything)
-from fairseq_layernorm_plugins.admin_profiling import install_trainer_hook  # noqa: E402
-
-install_trainer_hook()
 
 __version__ = "0.1.0"

@@ -1,4 +1,16 @@
-"""What the plugin needs from its environment: a supported fairseq and loadable checkpoints."""
+"""What the plugin needs from its environment (a supported fairseq) and every change it
+makes to fairseq's own behaviour, each named:
+
+| patch | what it fixes | fairseq | applied |
+|---|---|---|---|
+| ``checkpoint_loading`` | torch >= 2.6 loads with ``weights_only=True``; fairseq checkpoints pickle Namespace / omegaconf objects and fail to load | all, on torch >= 2.6 | on import (an environment variable; the user's own setting wins) |
+| ``bf16_on_cuda`` | ``--bf16`` implies ``--tpu``, so a bf16 run on a GPU dies importing torch_xla | 0.12.x | on import; it changes only runs that would fail |
+| ``keep_last_batch`` | ``batch_by_size`` drops the last batch of every split (up to 7 sentences) | 0.12.3 / main (fairseq-fixed) | when one of the plugin's models is built, so fairseq's own archs batch as without the plugin |
+
+Turn any of them off with ``FAIRSEQ_LAYERNORM_PLUGINS_NO_PATCH=name[,name...]`` (or
+``all``). Admin's profiling hook on fairseq's ``Trainer`` is the method itself, not a
+fix, and is installed when an Admin model is built (``admin_profiling.py``).
+"""
 import os
 import sys
 
@@ -39,6 +51,25 @@ def check_fairseq():
         raise UnsupportedFairseqError(problem) from None
 
 
+PATCHES = ("checkpoint_loading", "bf16_on_cuda", "keep_last_batch")
+SWITCH = "FAIRSEQ_LAYERNORM_PLUGINS_NO_PATCH"
+
+
+def patch_enabled(name):
+    """False when ``name`` (one of :data:`PATCHES`) is turned off by the user (:data:`SWITCH`)."""
+    off = {item.strip() for item in os.environ.get(SWITCH, "").split(",") if item.strip()}
+    unknown = off - set(PATCHES) - {"all"}
+    if unknown:
+        raise ValueError(f"{SWITCH}: unknown patch {', '.join(sorted(unknown))} (known: {', '.join(PATCHES)}, all)")
+    return name not in off and "all" not in off
+
+
+def apply(name):
+    """Apply patch ``name`` unless the user turned it off; applying twice is harmless."""
+    if patch_enabled(name):
+        {"checkpoint_loading": enable_fairseq_checkpoint_loading, "bf16_on_cuda": bf16_on_cuda, "keep_last_batch": keep_last_batch}[name]()
+
+
 def enable_fairseq_checkpoint_loading():
     """Let fairseq load its own checkpoints on torch >= 2.6.
 
@@ -64,7 +95,9 @@ def keep_last_batch():
     of IWSLT14's 6750 test lines and 3000 of newstest2014's 3003, and BLEU is computed
     on an incomplete test set. This wrapper appends the dropped sentences as a last
     (smaller) batch, as fairseq 0.12.2 and the papers' fairseq 0.8/0.9 did. It is
-    installed only if the running fairseq shows the behaviour.
+    installed only if the running fairseq shows the behaviour, when a plugin model is
+    built (``PluginTransformerModel.build_model``): before any batch iterator exists, in
+    ``fairseq-train`` and ``fairseq-generate`` alike.
     """
     import numpy as np
     from fairseq.data import data_utils

@@ -7,6 +7,8 @@ import textwrap
 import numpy as np
 import pytest
 
+from conftest import PLUGIN_DIR, TINY_MODEL, run_cli
+
 from fairseq_layernorm_plugins._compat import fairseq_version_problem
 
 
@@ -66,6 +68,10 @@ def test_every_sentence_is_batched(n, multiple):
     import numpy as np
     from fairseq.data import data_utils
 
+    from fairseq_layernorm_plugins import _compat
+
+    _compat.apply("keep_last_batch")  # what building a plugin model does
+
     for tokens in (10, 200):  # one batch, or several cut by --max-tokens
         batches = data_utils.batch_by_size(
             np.arange(n, dtype=np.int64), lambda i: tokens, max_tokens=4000, required_batch_size_multiple=multiple
@@ -78,8 +84,9 @@ def test_fairseq_datasets_use_the_fix(tiny_data_bin):
     """The path fairseq-generate takes: a real dataset's batch_by_size, 43 test sentences."""
     from fairseq import options, tasks
 
-    args = options.parse_args_and_arch(options.get_training_parser(), [str(tiny_data_bin), "--arch", "transformer"])
+    args = options.parse_args_and_arch(options.get_training_parser(), [str(tiny_data_bin), "--arch", "transformer_postln"])
     task = tasks.setup_task(args)
+    task.build_model(args)  # a plugin model: the fix is on from here
     task.load_dataset("valid")  # 80 sentences: 80 % 8 == 0, so also check a prefix of 43
     dataset = task.dataset("valid")
     batches = dataset.batch_by_size(np.arange(43, dtype=np.int64), max_tokens=4000, required_batch_size_multiple=8)
@@ -103,3 +110,33 @@ def test_bf16_trains_on_the_gpu_not_a_tpu(cuda, flags, tpu, tiny_data_bin, monke
     seen = []
     distributed_utils.call_main(cfg, lambda c: seen.append((c.common.tpu, c.distributed_training.tpu, c.common.bf16)))
     assert seen == [(tpu, tpu, "--bf16" in flags)]
+
+
+def translated_lines(data_bin, arch, tmp_path, user_dir=True, env=None):
+    """Train ``arch`` for one update, then count fairseq-generate's hypotheses for the 40 test
+    sentences in batches of 6 (fairseq main would drop the last 4)."""
+    save = tmp_path / arch
+    plugin = ["--user-dir", str(PLUGIN_DIR)]
+    run_cli("fairseq-train", data_bin, *plugin, "--arch", arch, *TINY_MODEL, "--optimizer", "adam", "--lr", "1e-3",
+            "--max-tokens", "500", "--max-update", "1", "--cpu", "--save-dir", save, "--no-epoch-checkpoints", cwd=tmp_path, env=env)
+    out = run_cli("fairseq-generate", data_bin, *(plugin if user_dir else []), "--path", save / "checkpoint_last.pt",
+                  "--gen-subset", "test", "--batch-size", "6", "--beam", "1", "--max-len-b", "5", "--cpu", cwd=tmp_path, env=env)
+    return sum(line.startswith("H-") for line in out.splitlines())
+
+
+def test_stock_transformer_batches_as_stock_fairseq_with_the_plugin_loaded(tiny_data_bin, tmp_path):
+    stock = translated_lines(tiny_data_bin, "transformer", tmp_path, user_dir=False)
+    assert translated_lines(tiny_data_bin, "transformer", tmp_path) == stock  # --user-dir changes nothing for it
+    assert translated_lines(tiny_data_bin, "transformer_postln", tmp_path) == 40  # the plugin's archs keep every sentence
+    if stock == 40:
+        pytest.skip("this fairseq keeps the last batch itself")
+    off = {**os.environ, "FAIRSEQ_LAYERNORM_PLUGINS_NO_PATCH": "keep_last_batch"}
+    assert translated_lines(tiny_data_bin, "transformer_postln", tmp_path, env=off) == stock  # the switch turns it off
+
+
+def test_unknown_patch_name_is_refused(monkeypatch):
+    from fairseq_layernorm_plugins import _compat
+
+    monkeypatch.setenv(_compat.SWITCH, "keep_last_batch,keep-last-batch")
+    with pytest.raises(ValueError, match="unknown patch keep-last-batch"):
+        _compat.patch_enabled("keep_last_batch")

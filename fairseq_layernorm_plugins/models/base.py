@@ -13,6 +13,7 @@ from fairseq.models.transformer import TransformerConfig, TransformerModel
 from fairseq.models.transformer import transformer_legacy as fairseq_archs
 from omegaconf import OmegaConf
 
+from fairseq_layernorm_plugins import _compat
 from fairseq_layernorm_plugins.modules import (
     INIT_STYLES,
     PluginDecoderLayer,
@@ -48,6 +49,7 @@ class PluginTransformerModel(TransformerModel):
         for flag, why in cls.incompatible_flags.items():
             if getattr(args, flag, False):
                 raise ValueError(f"{args.arch}: drop --{flag.replace('_', '-')} ({why})")
+        _compat.apply("keep_last_batch")  # for the plugin's archs only (see _compat)
         return super().build_model(args, task)
 
     def __prepare_scriptable__(self):

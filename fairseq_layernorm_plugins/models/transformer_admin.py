@@ -131,6 +131,9 @@ class TransformerAdminModel(PluginTransformerModel):
 
     @classmethod
     def build_model(cls, args, task):
+        from fairseq_layernorm_plugins.admin_profiling import install_trainer_hook
+
+        install_trainer_hook()  # profiling runs as fairseq-train builds its Trainer, after this
         model = super().build_model(args, task)
         if args.admin_init.startswith("closed-"):
             for layers in model.admin_layers().values():
