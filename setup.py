@@ -3,6 +3,7 @@
 Use ``scripts/setup_env.sh`` (or ``make venv``): it creates ``.venv`` and applies
 ``constraints.txt`` so that no step pulls another torch or CUDA wheels.
 """
+
 from setuptools import find_packages, setup
 
 FAIRSEQ = [
@@ -17,8 +18,7 @@ setup(
     name="fairseq_layernorm_plugins",
     version="0.1.0",
     description=(
-        "fairseq plugins for LayerNorm placement and initialisation research: "
-        "Pre-LN, Admin, T-Fixup, B2T connection"
+        "fairseq plugins for LayerNorm placement and initialisation research: Pre-LN, Admin, T-Fixup, B2T connection"
     ),
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
@@ -36,7 +36,7 @@ setup(
         "pyyaml",
     ],
     extras_require={
-        "test": ["pytest>=7", "pytest-timeout", "pytest-xdist"],
+        "test": ["pytest>=7", "pytest-timeout", "pytest-xdist", "ruff==0.17.6"],
         "plots": ["matplotlib>=3.5"],
         "slurm": ["submitit>=1.4"],
         "tensorboard": ["tensorboardX>=2.5"],

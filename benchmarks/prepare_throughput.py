@@ -6,6 +6,7 @@ and with all worker processes.
 
     python benchmarks/prepare_throughput.py [--shared-data ../shared/data]
 """
+
 import argparse
 import os
 import time
@@ -23,7 +24,12 @@ def main():
     parser.add_argument("--shared-data", default=str(Path(__file__).resolve().parents[2] / "shared" / "data"))
     args = parser.parse_args()
     iwslt = Path(args.shared_data) / "iwslt14"
-    text = {lang: [s for name in TEST_SETS for s in xml_segments(read_lines(iwslt / "orig_de-en" / f"{name}.de-en.{lang}.xml"))] for lang in ("de", "en")}
+    text = {
+        lang: [
+            s for name in TEST_SETS for s in xml_segments(read_lines(iwslt / "orig_de-en" / f"{name}.de-en.{lang}.xml"))
+        ]
+        for lang in ("de", "en")
+    }
     pairs = len(text["de"])
     codes = iwslt / "fairseq_iwslt14.tokenized.de-en" / "code"
     for workers in sorted({1, os.cpu_count()}):
@@ -37,8 +43,11 @@ def main():
             timings["bpe", lang] = time.perf_counter() - start
         tok = sum(t for (step, _), t in timings.items() if step == "tokenise")
         total = sum(timings.values())
-        print(f"workers {workers}: tokenise {pairs / tok:,.0f} pairs/s, BPE {pairs / (total - tok):,.0f} pairs/s, "
-              f"tokenise + BPE {pairs / total:,.0f} pairs/s ({pairs} pairs, {total:.1f} s)", flush=True)
+        print(
+            f"workers {workers}: tokenise {pairs / tok:,.0f} pairs/s, BPE {pairs / (total - tok):,.0f} pairs/s, "
+            f"tokenise + BPE {pairs / total:,.0f} pairs/s ({pairs} pairs, {total:.1f} s)",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

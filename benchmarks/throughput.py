@@ -15,6 +15,7 @@ RSS above the RSS before the model was built, in a fresh process per arch) and A
 profiling time in updates. CPU by default; ``--device cuda --precision bf16``
 (or fp16) on a GPU.
 """
+
 import argparse
 import os
 import statistics
@@ -28,28 +29,60 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 BASELINE = "transformer"
 ARCHS = ("transformer_preln", "transformer_deepnet", "transformer_b2t", "transformer_admin", "transformer_tfixup")
-TARGETS = {"transformer_preln": 0.99, "transformer_deepnet": 0.99, "transformer_b2t": 0.98, "transformer_admin": 0.97, "transformer_tfixup": 1.00}
+TARGETS = {
+    "transformer_preln": 0.99,
+    "transformer_deepnet": 0.99,
+    "transformer_b2t": 0.98,
+    "transformer_admin": 0.97,
+    "transformer_tfixup": 1.00,
+}
 
 
 def model_args(args, arch):
-    return ["--encoder-layers", args.layers, "--decoder-layers", args.layers, "--encoder-embed-dim", args.dim, "--decoder-embed-dim", args.dim,
-            "--encoder-ffn-embed-dim", 4 * args.dim, "--decoder-ffn-embed-dim", 4 * args.dim, "--encoder-attention-heads", max(1, args.dim // 64),
-            "--decoder-attention-heads", max(1, args.dim // 64), "--share-decoder-input-output-embed", "--dropout", "0.1",
-            "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--max-tokens", args.max_tokens]
+    return [
+        "--encoder-layers",
+        args.layers,
+        "--decoder-layers",
+        args.layers,
+        "--encoder-embed-dim",
+        args.dim,
+        "--decoder-embed-dim",
+        args.dim,
+        "--encoder-ffn-embed-dim",
+        4 * args.dim,
+        "--decoder-ffn-embed-dim",
+        4 * args.dim,
+        "--encoder-attention-heads",
+        max(1, args.dim // 64),
+        "--decoder-attention-heads",
+        max(1, args.dim // 64),
+        "--share-decoder-input-output-embed",
+        "--dropout",
+        "0.1",
+        "--criterion",
+        "label_smoothed_cross_entropy",
+        "--label-smoothing",
+        "0.1",
+        "--max-tokens",
+        args.max_tokens,
+    ]
 
 
 class Bench:
     """One arch: model, criterion, optimizer and fixed batches on the device."""
 
     def __init__(self, args, arch):
-        import fairseq_layernorm_plugins  # noqa: F401
         from fairseq import utils
+
+        import fairseq_layernorm_plugins  # noqa: F401
         from fairseq_layernorm_plugins import diagnostics as D
 
         self.args = args
         self.model, self.criterion, task = D.build(args.data, arch, *model_args(args, arch), seed=1)
         task.load_dataset("train")
-        iterator = task.get_batch_iterator(dataset=task.dataset("train"), max_tokens=args.max_tokens, seed=1).next_epoch_itr(shuffle=False)
+        iterator = task.get_batch_iterator(
+            dataset=task.dataset("train"), max_tokens=args.max_tokens, seed=1
+        ).next_epoch_itr(shuffle=False)
         self.batches = [next(iterator) for _ in range(args.batches)]
         device = torch.device(args.device)
         self.model.to(device)
@@ -122,24 +155,55 @@ def measure_peak(args):
 
 def peak_memory(args, arch):
     """:func:`measure_peak` for ``arch`` in a fresh process."""
-    argv = [sys.executable, __file__, "--measure-peak", "--data", args.data, "--layers", str(args.layers), "--dim", str(args.dim),
-            "--batches", str(args.batches), "--max-tokens", str(args.max_tokens), "--device", args.device, "--precision", args.precision,
-            "--archs", arch]
+    argv = [
+        sys.executable,
+        __file__,
+        "--measure-peak",
+        "--data",
+        args.data,
+        "--layers",
+        str(args.layers),
+        "--dim",
+        str(args.dim),
+        "--batches",
+        str(args.batches),
+        "--max-tokens",
+        str(args.max_tokens),
+        "--device",
+        args.device,
+        "--precision",
+        args.precision,
+        "--archs",
+        arch,
+    ]
     out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
     return int(out.strip().splitlines()[-1])
 
 
 def parse(argv):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     default_data = REPO / "data" / "iwslt14-mini" / "bin"
-    parser.add_argument("--data", default=str(default_data), help=f"a data-bin (default: {default_data}; scripts/prepare_iwslt14_mini.py)")
+    parser.add_argument(
+        "--data",
+        default=str(default_data),
+        help=f"a data-bin (default: {default_data}; scripts/prepare_iwslt14_mini.py)",
+    )
     parser.add_argument("--archs", nargs="+", default=list(ARCHS))
     parser.add_argument("--layers", type=int, default=6)
     parser.add_argument("--dim", type=int, default=256)
     parser.add_argument("--max-tokens", type=int, default=2048)
     parser.add_argument("--batches", type=int, default=2, help="batches per step (default 2)")
-    parser.add_argument("--reps", type=int, default=15, help="interleaved repetitions (default 15; on 2 cores the median still moves up to 10%% between runs)")
-    parser.add_argument("--steps", type=int, default=1, help="steps per arch and repetition; the fastest counts (default 1)")
+    parser.add_argument(
+        "--reps",
+        type=int,
+        default=15,
+        help="interleaved repetitions (default 15; on 2 cores the median still moves up to 10%% between runs)",
+    )
+    parser.add_argument(
+        "--steps", type=int, default=1, help="steps per arch and repetition; the fastest counts (default 1)"
+    )
     parser.add_argument("--threads", type=int, default=os.cpu_count(), help="CPU threads (default: all cores)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps per arch first")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -162,21 +226,35 @@ def main():
     order = list(benches)
     seconds = {arch: [] for arch in order}
     for rep in range(args.reps):
-        rotated = order[rep % len(order):] + order[: rep % len(order)]
+        rotated = order[rep % len(order) :] + order[: rep % len(order)]
         for arch in rotated:
             seconds[arch].append(min(benches[arch].step() for _ in range(args.steps)))
-        print(f"rep {rep + 1}/{args.reps}: " + ", ".join(f"{a.replace('transformer_', '')} {benches[a].words / s[-1]:.0f} wps" for a, s in seconds.items()), flush=True)
+        print(
+            f"rep {rep + 1}/{args.reps}: "
+            + ", ".join(
+                f"{a.replace('transformer_', '')} {benches[a].words / s[-1]:.0f} wps" for a, s in seconds.items()
+            ),
+            flush=True,
+        )
     base_wps = [benches[BASELINE].words / s for s in seconds[BASELINE]]
-    print(f"\n{args.device} {args.precision}, {args.layers}L-{args.layers}L d={args.dim}, {benches[BASELINE].words} target words/step, "
-          f"{args.reps} interleaved reps x best of {args.steps} steps, {args.threads} threads; baseline fairseq transformer {statistics.median(base_wps):.0f} wps")
+    print(
+        f"\n{args.device} {args.precision}, {args.layers}L-{args.layers}L d={args.dim}, {benches[BASELINE].words} target words/step, "
+        f"{args.reps} interleaved reps x best of {args.steps} steps, {args.threads} threads; baseline fairseq transformer {statistics.median(base_wps):.0f} wps"
+    )
     flops = {arch: bench.flops() for arch, bench in benches.items()}
     memory = {} if args.no_memory else {arch: peak_memory(args, arch) for arch in [BASELINE, *args.archs]}
     for arch in args.archs:
         ratios = [benches[arch].words / s / b for s, b in zip(seconds[arch], base_wps)]
         median = statistics.median(ratios)
         target = TARGETS.get(arch)
-        line = (f"{arch:22s} speed ratio {median:.4f} (spread {min(ratios):.3f}-{max(ratios):.3f}); target >= {target:.2f}: "
-                f"{'met' if median >= target else 'MISSED'}") if target else f"{arch:22s} speed ratio {median:.3f}"
+        line = (
+            (
+                f"{arch:22s} speed ratio {median:.4f} (spread {min(ratios):.3f}-{max(ratios):.3f}); target >= {target:.2f}: "
+                f"{'met' if median >= target else 'MISSED'}"
+            )
+            if target
+            else f"{arch:22s} speed ratio {median:.3f}"
+        )
         line += f"; matmul FLOPs ratio {flops[arch] / flops[BASELINE]:.4f}"
         if memory:
             line += f"; peak memory ratio {memory[arch] / memory[BASELINE]:.3f}"

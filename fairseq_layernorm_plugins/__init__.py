@@ -9,6 +9,7 @@ Layout:
     modules/       the shared layer/encoder/decoder subclasses built on fairseq's hooks
     optim/         optimizers (``radam``) and, in ``optim/lr_scheduler/``, LR schedules
 """
+
 from fairseq_layernorm_plugins import _compat
 
 _compat.apply("checkpoint_loading")

@@ -1,16 +1,20 @@
 """What the plugin needs from its environment (a supported fairseq) and every change it
 makes to fairseq's own behaviour, each named:
 
-| patch | what it fixes | fairseq | applied |
-|---|---|---|---|
-| ``checkpoint_loading`` | torch >= 2.6 loads with ``weights_only=True``; fairseq checkpoints pickle Namespace / omegaconf objects and fail to load | all, on torch >= 2.6 | on import (an environment variable; the user's own setting wins) |
-| ``bf16_on_cuda`` | ``--bf16`` implies ``--tpu``, so a bf16 run on a GPU dies importing torch_xla | 0.12.x | on import; it changes only runs that would fail |
-| ``keep_last_batch`` | ``batch_by_size`` drops the last batch of every split (up to 7 sentences) | 0.12.3 / main (fairseq-fixed) | when one of the plugin's models is built, so fairseq's own archs batch as without the plugin |
+* ``checkpoint_loading`` (torch >= 2.6, any fairseq): torch loads with ``weights_only=True``
+  and fairseq checkpoints pickle Namespace / omegaconf objects, so they fail to load.
+  Applied on import (an environment variable; the user's own setting wins).
+* ``bf16_on_cuda`` (fairseq 0.12.x): ``--bf16`` implies ``--tpu``, so a bf16 run on a GPU
+  dies importing torch_xla. Applied on import; it changes only runs that would fail.
+* ``keep_last_batch`` (fairseq 0.12.3 / main, so fairseq-fixed): ``batch_by_size`` drops
+  the last batch of every split (up to 7 sentences). Applied when one of the plugin's
+  models is built, so fairseq's own archs batch as without the plugin.
 
 Turn any of them off with ``FAIRSEQ_LAYERNORM_PLUGINS_NO_PATCH=name[,name...]`` (or
 ``all``). Admin's profiling hook on fairseq's ``Trainer`` is the method itself, not a
 fix, and is installed when an Admin model is built (``admin_profiling.py``).
 """
+
 import os
 import sys
 
@@ -67,7 +71,11 @@ def patch_enabled(name):
 def apply(name):
     """Apply patch ``name`` unless the user turned it off; applying twice is harmless."""
     if patch_enabled(name):
-        {"checkpoint_loading": enable_fairseq_checkpoint_loading, "bf16_on_cuda": bf16_on_cuda, "keep_last_batch": keep_last_batch}[name]()
+        {
+            "checkpoint_loading": enable_fairseq_checkpoint_loading,
+            "bf16_on_cuda": bf16_on_cuda,
+            "keep_last_batch": keep_last_batch,
+        }[name]()
 
 
 def enable_fairseq_checkpoint_loading():
@@ -142,7 +150,13 @@ def bf16_on_cuda():
 
     def call_main(cfg, main, **kwargs):
         common = cfg.common
-        if common.bf16 and common.tpu and not common.cpu and torch.cuda.is_available() and importlib.util.find_spec("torch_xla") is None:
+        if (
+            common.bf16
+            and common.tpu
+            and not common.cpu
+            and torch.cuda.is_available()
+            and importlib.util.find_spec("torch_xla") is None
+        ):
             common.tpu = cfg.distributed_training.tpu = False  # the latter is a copy after argparse
         return original(cfg, main, **kwargs)
 

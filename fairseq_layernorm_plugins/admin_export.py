@@ -19,6 +19,7 @@ Sub-layer i computes LN(x_{i-1} * omega_i + f_i(x_{i-1})). Write x'_{i-1} = x_{i
 
 Everything else is copied. Log-probabilities agree up to float rounding.
 """
+
 import argparse
 import copy
 import os
@@ -67,8 +68,11 @@ def fold_admin_state_dict(state, args):
         for layer in range(num_layers):
             prefix = f"{stack}.layers.{layer}"
             omega = state.pop(f"{prefix}.omega")  # (num_sublayers, C)
-            norms = ("self_attn_layer_norm", "final_layer_norm") if stack == "encoder" else (
-                "self_attn_layer_norm", "encoder_attn_layer_norm", "final_layer_norm")
+            norms = (
+                ("self_attn_layer_norm", "final_layer_norm")
+                if stack == "encoder"
+                else ("self_attn_layer_norm", "encoder_attn_layer_norm", "final_layer_norm")
+            )
             for sub, name in enumerate(sublayer_names):
                 w = omega[sub]
                 if previous_norm is None:
@@ -77,7 +81,9 @@ def fold_admin_state_dict(state, args):
                     state[f"{previous_norm}.weight"] = state[f"{previous_norm}.weight"] * w  # gamma * omega
                     state[f"{previous_norm}.bias"] = state[f"{previous_norm}.bias"] * w  # beta * omega
                 readers = ["q_proj"] if name == "encoder_attn" else ["q_proj", "k_proj", "v_proj"]
-                weights = [f"{prefix}.fc1.weight"] if name == "fc1" else [f"{prefix}.{name}.{p}.weight" for p in readers]
+                weights = (
+                    [f"{prefix}.fc1.weight"] if name == "fc1" else [f"{prefix}.{name}.{p}.weight" for p in readers]
+                )
                 for key in weights:
                     state[key] = state[key] / w  # W diag(1/omega): reads x'_{i-1}
                 previous_norm = f"{prefix}.{norms[sub]}"
@@ -102,9 +108,16 @@ def export_checkpoint(admin_path, out_path):
     cfg = copy.deepcopy({k: v for k, v in ckpt["cfg"].items() if k != "model"})
     cfg["model"] = args
     cfg["common"]["user_dir"] = None  # stock fairseq must not try to import the plugin
-    out = {"args": None, "cfg": cfg, "model": state, "criterion": ckpt.get("criterion"),
-           "optimizer_history": ckpt.get("optimizer_history", []), "task_state": ckpt.get("task_state", {}),
-           "extra_state": {}, "last_optimizer_state": None}
+    out = {
+        "args": None,
+        "cfg": cfg,
+        "model": state,
+        "criterion": ckpt.get("criterion"),
+        "optimizer_history": ckpt.get("optimizer_history", []),
+        "task_state": ckpt.get("task_state", {}),
+        "extra_state": {},
+        "last_optimizer_state": None,
+    }
     tmp = f"{out_path}.tmp"
     torch.save(out, tmp)
     os.replace(tmp, out_path)  # never a half-written checkpoint

@@ -13,6 +13,7 @@ profiled omega (:meth:`TransformerAdminModel.upgrade_state_dict_named`).
 iterator, the run's seed) and omega is then broadcast from rank 0, so all ranks
 start identical.
 """
+
 import json
 import logging
 import os
@@ -45,8 +46,10 @@ def profile_admin_(model, batches, mask_padding=False):
             layers.p = -1.0  # uniform draws are >= 0 > p: every layer runs
         try:
             for sample in batches:
-                profiles = {stack: AdminProfile(padding_masks(model, sample)[stack] if mask_padding else None)
-                            for stack in stacks}
+                profiles = {
+                    stack: AdminProfile(padding_masks(model, sample)[stack] if mask_padding else None)
+                    for stack in stacks
+                }
                 for stack, layers in stacks.items():
                     for layer in layers:
                         layer.profile = profiles[stack]
@@ -65,15 +68,24 @@ def profile_admin_(model, batches, mask_padding=False):
             index = {id(layer): i for i, layer in enumerate(layers)}
             expected = sum(layer.num_sublayers for layer in layers)
             if any(len(rows) != expected for rows in per_batch[stack]):
-                raise RuntimeError(f"Admin profiling: the {stack} ran {len(per_batch[stack][0])} of {expected} sub-layers")
+                raise RuntimeError(
+                    f"Admin profiling: the {stack} ran {len(per_batch[stack][0])} of {expected} sub-layers"
+                )
             report[stack] = []
             for position, row in enumerate(per_batch[stack][0]):
                 values = [rows[position][2:] for rows in per_batch[stack]]  # (var_input, var_branch, omega) per batch
                 var_input, var_branch, omega = (sum(v[k] for v in values) / len(values) for k in range(3))
                 layer, sublayer = row[0], row[1]
                 layer.omega[sublayer].fill_(omega)
-                report[stack].append({"layer": index[id(layer)], "sublayer": sublayer, "var_input": var_input,
-                                      "var_branch": var_branch, "omega": omega})
+                report[stack].append(
+                    {
+                        "layer": index[id(layer)],
+                        "sublayer": sublayer,
+                        "var_input": var_input,
+                        "var_branch": var_branch,
+                        "omega": omega,
+                    }
+                )
     return report
 
 
@@ -81,8 +93,10 @@ def padding_masks(model, sample):
     """{"encoder": (B, S), "decoder": (B, T)} True at padding, as fairseq's encoder and
     decoder compute them from the source tokens and the previous output tokens."""
     net_input = sample["net_input"]
-    return {"encoder": net_input["src_tokens"].eq(model.encoder.padding_idx),
-            "decoder": net_input["prev_output_tokens"].eq(model.decoder.padding_idx)}
+    return {
+        "encoder": net_input["src_tokens"].eq(model.encoder.padding_idx),
+        "decoder": net_input["prev_output_tokens"].eq(model.decoder.padding_idx),
+    }
 
 
 def checkpoint_to_load(checkpoint_cfg):
@@ -145,12 +159,16 @@ def maybe_profile(cfg, task, model):
         # not an Admin checkpoint (a Post-LN one, say): profile the weights it holds
         missing, unexpected = model.load_state_dict(state, strict=False)  # omega filled in by upgrade_state_dict_named
         if unexpected or missing:
-            raise ValueError(f"{path}: not a checkpoint of this model (missing {missing[:3]}, unexpected {unexpected[:3]})")
+            raise ValueError(
+                f"{path}: not a checkpoint of this model (missing {missing[:3]}, unexpected {unexpected[:3]})"
+            )
         logger.info(f"Admin: {path} holds no omega; profiling its weights")
     if torch.cuda.is_available() and not cfg.common.cpu:
         model.cuda()
     start = time.perf_counter()
-    report = profile_admin_(model, profiling_batches(cfg, task, model, args.admin_profile_batches), args.admin_profile_mask_padding)
+    report = profile_admin_(
+        model, profiling_batches(cfg, task, model, args.admin_profile_batches), args.admin_profile_mask_padding
+    )
     seconds = time.perf_counter() - start
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         for layers in model.admin_layers().values():

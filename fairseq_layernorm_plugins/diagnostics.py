@@ -15,6 +15,7 @@ Admin is profiled on the first batch, as in training):
 
 All of it goes through the model code: no method's formula is repeated here.
 """
+
 import copy
 
 import torch
@@ -61,7 +62,10 @@ def grad_norms(model, criterion, sample):
 
 def ffn_grad_norms(norms, stack):
     """Per layer of ``stack`` ("encoder" / "decoder"): the gradient norm of fc2's weight."""
-    keys = sorted((k for k in norms if k.startswith(f"{stack}.layers.") and k.endswith("fc2.weight")), key=lambda k: int(k.split(".")[2]))
+    keys = sorted(
+        (k for k in norms if k.startswith(f"{stack}.layers.") and k.endswith("fc2.weight")),
+        key=lambda k: int(k.split(".")[2]),
+    )
     return [norms[k] for k in keys]
 
 
@@ -128,12 +132,19 @@ def layer_cosine(model, sample):
     model.eval()
     net_input = sample["net_input"]
     with torch.no_grad():
-        encoder_out = model.encoder(net_input["src_tokens"], src_lengths=net_input["src_lengths"], return_all_hiddens=True)
+        encoder_out = model.encoder(
+            net_input["src_tokens"], src_lengths=net_input["src_lengths"], return_all_hiddens=True
+        )
         _, extra = model.decoder(net_input["prev_output_tokens"], encoder_out=encoder_out, features_only=True)
     src_mask = net_input["src_tokens"].ne(model.encoder.dictionary.pad()).t()  # T x B, as the states
     tgt_mask = sample["target"].ne(model.decoder.dictionary.pad()).t()
     result = {}
-    for stack, states, mask in (("encoder", encoder_out["encoder_states"], src_mask), ("decoder", extra["inner_states"][1:], tgt_mask)):
-        outputs = [torch.nn.functional.normalize(s[mask].float(), dim=-1) for s in states[-len(getattr(model, stack).layers):]]
+    for stack, states, mask in (
+        ("encoder", encoder_out["encoder_states"], src_mask),
+        ("decoder", extra["inner_states"][1:], tgt_mask),
+    ):
+        outputs = [
+            torch.nn.functional.normalize(s[mask].float(), dim=-1) for s in states[-len(getattr(model, stack).layers) :]
+        ]
         result[stack] = [[(a * b).sum(-1).mean().item() for b in outputs] for a in outputs]
     return result

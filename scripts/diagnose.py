@@ -11,13 +11,20 @@ model), OUT/output_change.png (vs depth: one Adam update and random perturbation
 OUT/dependency.png (beta_ii per sub-layer, deepest model), OUT/cosine.png (layer-output
 cosine similarity, deepest model). Arguments after ``--`` go to every model (fairseq flags).
 """
+
 import argparse
 import json
 import sys
 from pathlib import Path
 
-ARCHS = ("transformer_postln_iwslt_de_en", "transformer_preln_iwslt_de_en", "transformer_admin_iwslt_de_en",
-         "transformer_tfixup_iwslt_de_en", "transformer_b2t_iwslt_de_en", "transformer_deepnet_iwslt_de_en")
+ARCHS = (
+    "transformer_postln_iwslt_de_en",
+    "transformer_preln_iwslt_de_en",
+    "transformer_admin_iwslt_de_en",
+    "transformer_tfixup_iwslt_de_en",
+    "transformer_b2t_iwslt_de_en",
+    "transformer_deepnet_iwslt_de_en",
+)
 
 
 def measure(data_bin, archs, depths, model_args, sentences, seed, lr):
@@ -28,7 +35,9 @@ def measure(data_bin, archs, depths, model_args, sentences, seed, lr):
     for arch in archs:
         results[arch] = {}
         for depth in depths:
-            model, criterion, task = D.build(data_bin, arch, *model_args, "--encoder-layers", depth, "--decoder-layers", depth, seed=seed)
+            model, criterion, task = D.build(
+                data_bin, arch, *model_args, "--encoder-layers", depth, "--decoder-layers", depth, seed=seed
+            )
             sample = D.sample_batch(task, sentences=sentences)
             D.prepare_model(model, sample)
             norms = D.grad_norms(model, criterion, sample)
@@ -40,8 +49,11 @@ def measure(data_bin, archs, depths, model_args, sentences, seed, lr):
                 "dependency": D.dependency(model, sample),
                 "cosine": D.layer_cosine(model, sample),
             }
-            print(f"{arch} {depth}L-{depth}L: output change (Adam) {results[arch][depth]['output_change_adam']:.3f}, "
-                  f"decoder top fc2 grad norm {results[arch][depth]['ffn_grad_norm']['decoder'][-1]:.3f}", flush=True)
+            print(
+                f"{arch} {depth}L-{depth}L: output change (Adam) {results[arch][depth]['output_change_adam']:.3f}, "
+                f"decoder top fc2 grad norm {results[arch][depth]['ffn_grad_norm']['decoder'][-1]:.3f}",
+                flush=True,
+            )
     return results
 
 
@@ -57,12 +69,20 @@ def plot(results, out):
         for arch in archs:
             values = results[arch][deepest[arch]]["ffn_grad_norm"][stack]
             ax.plot(range(1, len(values) + 1), values, marker="o", label=arch)
-        ax.set(xlabel=f"{stack} layer", ylabel="|grad fc2.weight|", title=f"{stack} FFN gradient norm at init", yscale="log")
+        ax.set(
+            xlabel=f"{stack} layer",
+            ylabel="|grad fc2.weight|",
+            title=f"{stack} FFN gradient norm at init",
+            yscale="log",
+        )
     axes[0].legend(fontsize=7)
     figures["grad_norms"] = fig
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
-    for ax, key, title in zip(axes, ("output_change_adam", "output_change_adam_relative", "output_change_random"),
-                              ("one Adam update", "one Adam update, relative to |F|^2", "random perturbation")):
+    for ax, key, title in zip(
+        axes,
+        ("output_change_adam", "output_change_adam_relative", "output_change_random"),
+        ("one Adam update", "one Adam update, relative to |F|^2", "random perturbation"),
+    ):
         for arch in archs:
             depths = sorted(results[arch], key=int)
             ax.plot([int(d) for d in depths], [results[arch][d][key] for d in depths], marker="o", label=arch)
@@ -74,7 +94,12 @@ def plot(results, out):
         for arch in archs:
             values = results[arch][deepest[arch]]["dependency"][stack]
             ax.plot(range(1, len(values) + 1), values, marker=".", label=arch)
-        ax.set(xlabel=f"{stack} sub-layer", ylabel="beta_ii", title=f"{stack}: dependency on own residual branch", ylim=(0, 1.05))
+        ax.set(
+            xlabel=f"{stack} sub-layer",
+            ylabel="beta_ii",
+            title=f"{stack}: dependency on own residual branch",
+            ylim=(0, 1.05),
+        )
     axes[0].legend(fontsize=7)
     figures["dependency"] = fig
     fig, axes = plt.subplots(1, len(archs), figsize=(3.2 * len(archs), 3.2))
@@ -92,7 +117,9 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     model_args = argv[argv.index("--") + 1 :] if "--" in argv else []
     argv = argv[: argv.index("--")] if "--" in argv else argv
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("data_bin")
     parser.add_argument("--archs", nargs="+", default=list(ARCHS))
     parser.add_argument("--depths", nargs="+", type=int, default=[2, 6, 12])
@@ -103,7 +130,9 @@ def main(argv=None):
     args = parser.parse_args(argv)
     Path(args.out).mkdir(parents=True, exist_ok=True)
     results = measure(args.data_bin, args.archs, args.depths, model_args, args.sentences, args.seed, args.lr)
-    (Path(args.out) / "diagnostics.json").write_text(json.dumps({"command": " ".join(sys.argv), "results": results}, indent=1))
+    (Path(args.out) / "diagnostics.json").write_text(
+        json.dumps({"command": " ".join(sys.argv), "results": results}, indent=1)
+    )
     plot(results, args.out)
     print(f"wrote {args.out}/diagnostics.json and grad_norms / output_change / dependency / cosine .png")
 

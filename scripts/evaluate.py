@@ -7,6 +7,7 @@ averages the run's last N checkpoints (the recipe's average_last, or --average-l
 runs fairseq-generate with the recipe's beam and length penalty, detokenises, and writes
 results.json with SacreBLEU (and its signature), tokenized and compound-split BLEU.
 """
+
 import argparse
 import sys
 
@@ -14,10 +15,14 @@ from fairseq_layernorm_plugins.recipes.evaluate import evaluate
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("run_dirs", nargs="+", help="run directories (with run.json), as written by scripts/train.py")
     parser.add_argument("--average-last", type=int, help="checkpoints to average (default: the recipe's)")
-    parser.add_argument("--checkpoints", choices=("epoch", "update"), default="epoch", help="average epoch or update checkpoints")
+    parser.add_argument(
+        "--checkpoints", choices=("epoch", "update"), default="epoch", help="average epoch or update checkpoints"
+    )
     parser.add_argument("--subset", default="test", help="default: test")
     parser.add_argument("--max-tokens", type=int, default=8000)
     args = parser.parse_args(argv)

@@ -17,6 +17,7 @@ evaluation, table, plot):
 Resumable: a method with results is not run again (``--force`` reruns), an interrupted
 training resumes from its last checkpoint within what is left of its budget.
 """
+
 import argparse
 import json
 import os
@@ -40,8 +41,13 @@ def prepare_data(args):
     if args.corpus == "multi30k":
         from fairseq_layernorm_plugins.prepare.multi30k import URL, default_raw_dir, prepare
 
-        return prepare(args.data, raw_dir=args.raw_dir or default_raw_dir(), download_dir=args.download_dir, url=args.url or URL,
-                       test_lines=args.test_lines or None)
+        return prepare(
+            args.data,
+            raw_dir=args.raw_dir or default_raw_dir(),
+            download_dir=args.download_dir,
+            url=args.url or URL,
+            test_lines=args.test_lines or None,
+        )
     from fairseq_layernorm_plugins.prepare.iwslt14_mini import prepare
 
     return prepare(args.iwslt_dir, args.data, test_lines=args.test_lines or None)
@@ -63,7 +69,14 @@ def run_method(method, args):
         extra += ["--stop-time-hours", f"{args.minutes / 60:.6f}"]
     if args.max_update:
         extra += ["--max-update", str(args.max_update)]
-    launch = Launch(recipe, str(data_bin(args.data, recipe, REPO)), str(run / "checkpoints"), cpu_workers=1, seed=args.seed, extra=extra)
+    launch = Launch(
+        recipe,
+        str(data_bin(args.data, recipe, REPO)),
+        str(run / "checkpoints"),
+        cpu_workers=1,
+        seed=args.seed,
+        extra=extra,
+    )
     start = time.time()
     try:
         train(launch, run)
@@ -78,23 +91,53 @@ def run_method(method, args):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--corpus", choices=sorted(CORPORA), default="multi30k", help="default: multi30k")
-    parser.add_argument("--raw-dir", help="Multi30k: folder with the raw .gz files "
-                        "(default: ../shared/data/multi30k/task1_raw if present, else download)")
-    parser.add_argument("--download-dir", default=str(REPO / "data" / "downloads"), help="Multi30k download cache (default: data/downloads)")
+    parser.add_argument(
+        "--raw-dir",
+        help="Multi30k: folder with the raw .gz files "
+        "(default: ../shared/data/multi30k/task1_raw if present, else download)",
+    )
+    parser.add_argument(
+        "--download-dir",
+        default=str(REPO / "data" / "downloads"),
+        help="Multi30k download cache (default: data/downloads)",
+    )
     parser.add_argument("--url", help="Multi30k: download URL template with {name} (default: the official repository)")
-    parser.add_argument("--iwslt-dir", default=str(SHARED / "iwslt14"), help="IWSLT14-mini: the shared IWSLT14 folder (default: ../shared/data/iwslt14)")
-    parser.add_argument("--data", help="where the corpus is prepared (default: data/multi30k.de-en or data/iwslt14-mini)")
-    parser.add_argument("--runs", default=str(REPO / "runs" / "main-job"), help="runs, logs, results, report (default: runs/main-job)")
+    parser.add_argument(
+        "--iwslt-dir",
+        default=str(SHARED / "iwslt14"),
+        help="IWSLT14-mini: the shared IWSLT14 folder (default: ../shared/data/iwslt14)",
+    )
+    parser.add_argument(
+        "--data", help="where the corpus is prepared (default: data/multi30k.de-en or data/iwslt14-mini)"
+    )
+    parser.add_argument(
+        "--runs", default=str(REPO / "runs" / "main-job"), help="runs, logs, results, report (default: runs/main-job)"
+    )
     parser.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated, from {', '.join(METHODS)}")
-    parser.add_argument("--minutes", type=float, help="training minutes per method (fairseq --stop-time-hours; 0 = none; "
-                        "default: 8 for multi30k, none for iwslt14-mini)")
-    parser.add_argument("--max-update", type=int, help="updates per method (0 = none; default: none for multi30k, 200 for iwslt14-mini)")
-    parser.add_argument("--validate-every", type=int, default=100, help="validate every N updates, for the curves (default 100)")
-    parser.add_argument("--jobs", type=int, help="methods trained at once, each with cores / JOBS threads "
-                        "(default: one per core, at most one per method)")
-    parser.add_argument("--test-lines", type=int, default=0, help="evaluate on N evenly spaced test lines (default 0: all)")
+    parser.add_argument(
+        "--minutes",
+        type=float,
+        help="training minutes per method (fairseq --stop-time-hours; 0 = none; "
+        "default: 8 for multi30k, none for iwslt14-mini)",
+    )
+    parser.add_argument(
+        "--max-update", type=int, help="updates per method (0 = none; default: none for multi30k, 200 for iwslt14-mini)"
+    )
+    parser.add_argument(
+        "--validate-every", type=int, default=100, help="validate every N updates, for the curves (default 100)"
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        help="methods trained at once, each with cores / JOBS threads (default: one per core, at most one per method)",
+    )
+    parser.add_argument(
+        "--test-lines", type=int, default=0, help="evaluate on N evenly spaced test lines (default 0: all)"
+    )
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--force", action="store_true", help="retrain and re-evaluate methods that already have results")
+    parser.add_argument(
+        "--force", action="store_true", help="retrain and re-evaluate methods that already have results"
+    )
     args = parser.parse_args(argv)
     methods = args.methods.split(",")
     if set(methods) - set(METHODS):
@@ -115,8 +158,15 @@ def main(argv=None):
         sys.exit(f"error: {err}")
     print(f"{args.corpus} ({args.data}): " + ", ".join(f"{k} {v}" for k, v in stamp["sizes"].items()), flush=True)
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.jobs)))  # inherited by fairseq
-    budget = " and ".join(filter(None, [f"{args.minutes:g} min" if args.minutes else "", f"{args.max_update} updates" if args.max_update else ""]))
-    print(f"training {len(methods)} method(s), {args.jobs} at once, each for at most {budget or 'its recipe'}", flush=True)
+    budget = " and ".join(
+        filter(
+            None,
+            [f"{args.minutes:g} min" if args.minutes else "", f"{args.max_update} updates" if args.max_update else ""],
+        )
+    )
+    print(
+        f"training {len(methods)} method(s), {args.jobs} at once, each for at most {budget or 'its recipe'}", flush=True
+    )
     results = {}
     with ThreadPoolExecutor(args.jobs) as pool:  # each method is a fairseq subprocess; threads only wait
         futures = {pool.submit(run_method, method, args): method for method in methods}

@@ -1,5 +1,6 @@
 #!/usr/bin/env python
 """See fairseq_layernorm_plugins/prepare/iwslt14.py (or --help)."""
+
 from fairseq_layernorm_plugins.prepare.iwslt14 import main
 
 if __name__ == "__main__":

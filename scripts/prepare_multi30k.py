@@ -1,5 +1,6 @@
 #!/usr/bin/env python
 """See fairseq_layernorm_plugins/prepare/multi30k.py (or --help)."""
+
 from fairseq_layernorm_plugins.prepare.multi30k import main
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ run, each training and then evaluating (see fairseq_layernorm_plugins/recipes/sl
     python scripts/submit.py ... --dry-run            # write the sbatch scripts only
     python scripts/submit.py iwslt14_mini/preln --cluster local --cpu-workers 1   # run locally
 """
+
 import argparse
 from pathlib import Path
 
@@ -17,7 +18,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("recipes", nargs="+", help="recipe names, e.g. wmt14/admin/admin")
     parser.add_argument("--depths", nargs="+", help="default: each recipe's depths")
     parser.add_argument("--seeds", nargs="+", type=int, default=[1])
@@ -33,12 +36,28 @@ def main(argv=None):
     parser.add_argument("--cpus-per-task", type=int, default=8)
     parser.add_argument("--mem-gb", type=int)
     parser.add_argument("--cluster", choices=("slurm", "local"), help="default: SLURM if available")
-    parser.add_argument("--dry-run", action="store_true", help="write equivalent sbatch scripts to RUNS/sbatch/ and stop")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="write equivalent sbatch scripts to RUNS/sbatch/ and stop"
+    )
     args = parser.parse_args(argv)
-    runs = grid(args.recipes, args.depths, args.seeds, data=args.data, runs=args.runs, gpus=0 if args.cpu_workers else args.gpus,
-                nodes=args.nodes, cpu_workers=args.cpu_workers, precision=args.precision)
-    resources = dict(timeout_min=args.timeout_min, partition=args.partition, cpus_per_task=args.cpus_per_task, mem_gb=args.mem_gb,
-                     account=args.account)
+    runs = grid(
+        args.recipes,
+        args.depths,
+        args.seeds,
+        data=args.data,
+        runs=args.runs,
+        gpus=0 if args.cpu_workers else args.gpus,
+        nodes=args.nodes,
+        cpu_workers=args.cpu_workers,
+        precision=args.precision,
+    )
+    resources = dict(
+        timeout_min=args.timeout_min,
+        partition=args.partition,
+        cpus_per_task=args.cpus_per_task,
+        mem_gb=args.mem_gb,
+        account=args.account,
+    )
     if args.dry_run:
         for run in runs:
             print(write_sbatch(run, Path(args.runs) / "sbatch", **resources))

@@ -1,4 +1,5 @@
 """Shared fixtures: tiny binarised data, a CLI runner, the plugin's registry."""
+
 import json
 import os
 import subprocess
@@ -62,9 +63,21 @@ def tiny_data_bin(tmp_path_factory):
     root = tmp_path_factory.mktemp("tiny")
     write_reversal_task(root)
     run_cli(
-        "fairseq-preprocess", "--source-lang", "src", "--target-lang", "tgt",
-        "--trainpref", root / "train", "--validpref", root / "valid", "--testpref", root / "test",
-        "--destdir", root / "bin", "--workers", "1",
+        "fairseq-preprocess",
+        "--source-lang",
+        "src",
+        "--target-lang",
+        "tgt",
+        "--trainpref",
+        root / "train",
+        "--validpref",
+        root / "valid",
+        "--testpref",
+        root / "test",
+        "--destdir",
+        root / "bin",
+        "--workers",
+        "1",
     )
     return root / "bin"
 

@@ -1,4 +1,5 @@
 """Admin (Liu et al. 2020): profiled and closed-form omega, and the in-run profiling hook."""
+
 import json
 import math
 
@@ -25,9 +26,20 @@ def sequential_reference(model, sample, seed, keep=None):
     hooks = []
     for stack in ("encoder", "decoder"):
         for layer in getattr(model, stack).layers:
-            norms = [layer.self_attn_layer_norm] + ([layer.encoder_attn_layer_norm] if stack == "decoder" else []) + [layer.final_layer_norm]
-            hooks += [norm.register_forward_pre_hook(lambda m, a: captured["ln"].append(a[0].detach().double())) for norm in norms]
-            hooks.append(layer.dropout_module.register_forward_hook(lambda m, a, out: captured["branch"].append(out.detach().double())))
+            norms = (
+                [layer.self_attn_layer_norm]
+                + ([layer.encoder_attn_layer_norm] if stack == "decoder" else [])
+                + [layer.final_layer_norm]
+            )
+            hooks += [
+                norm.register_forward_pre_hook(lambda m, a: captured["ln"].append(a[0].detach().double()))
+                for norm in norms
+            ]
+            hooks.append(
+                layer.dropout_module.register_forward_hook(
+                    lambda m, a, out: captured["branch"].append(out.detach().double())
+                )
+            )
     omegas, offset = {}, 0
     try:
         with torch.no_grad():
@@ -38,7 +50,7 @@ def sequential_reference(model, sample, seed, keep=None):
             for stack in ("encoder", "decoder"):
                 layers = getattr(model, stack).layers
                 ratio, omegas[stack] = 1.0, []
-                for k, (layer, sub) in enumerate((l, s) for l in layers for s in range(l.num_sublayers)):
+                for k, (layer, sub) in enumerate((lay, s) for lay in layers for s in range(lay.num_sublayers)):
                     layer.omega[sub].fill_(ratio)
                     omegas[stack].append(ratio)
                     captured["ln"].clear(), captured["branch"].clear()
@@ -67,7 +79,7 @@ def test_profiled_omega_is_the_authors_sequential_rule(tiny_data_bin, mask_paddi
     assert not keep["encoder"].all() and not keep["decoder"].all(), "the batch must contain padding"
     torch.manual_seed(5)
     report = profile_admin_(model, [sample], mask_padding=mask_padding)
-    profiled = {s: [l.omega.detach().clone() for l in getattr(model, s).layers] for s in ("encoder", "decoder")}
+    profiled = {s: [lay.omega.detach().clone() for lay in getattr(model, s).layers] for s in ("encoder", "decoder")}
 
     expected = sequential_reference(model, sample, seed=5, keep=keep if mask_padding else None)
     for stack, sublayers in (("encoder", 2), ("decoder", 3)):
@@ -108,22 +120,45 @@ def test_profiling_runs_every_layer_under_layerdrop(tiny_data_bin, tmp_path):
     omegas = [layer.omega[s, 0].item() for layer in stack_layers(model.encoder) for s in range(2)]
     assert omegas[0] == 1.0 and all(w > 1.0 for w in omegas[1:])
 
-    log = admin_train(tiny_data_bin, tmp_path / "ckpt", 2, "--encoder-layerdrop", "0.5", "--decoder-layerdrop", "0.5", cwd=tmp_path)
+    log = admin_train(
+        tiny_data_bin, tmp_path / "ckpt", 2, "--encoder-layerdrop", "0.5", "--decoder-layerdrop", "0.5", cwd=tmp_path
+    )
     assert "Admin profile encoder layer 2 sub-layer 1" in log and "Admin: profiled 1 batch(es)" in log
 
 
 def test_omega_is_per_sublayer_and_trainable(tiny_data_bin):
     model = build(tiny_data_bin, ARCH, *DIMS)[0]
-    assert [tuple(l.omega.shape) for l in model.encoder.layers] == [(2, 32)] * 3
-    assert [tuple(l.omega.shape) for l in model.decoder.layers] == [(3, 32)] * 2
+    assert [tuple(lay.omega.shape) for lay in model.encoder.layers] == [(2, 32)] * 3
+    assert [tuple(lay.omega.shape) for lay in model.decoder.layers] == [(3, 32)] * 2
     assert "encoder.layers.0.omega" in model.state_dict()
 
 
 def admin_train(data_bin, save, max_update, *extra, cwd):
     return run_cli(
-        "fairseq-train", data_bin, "--user-dir", PLUGIN_DIR, "--arch", ARCH, *DIMS,
-        "--optimizer", "radam", "--lr", "1e-9", "--max-tokens", "1000", "--max-update", max_update,
-        "--cpu", "--seed", "3", "--save-dir", save, "--no-epoch-checkpoints", "--no-progress-bar", *extra, cwd=cwd,
+        "fairseq-train",
+        data_bin,
+        "--user-dir",
+        PLUGIN_DIR,
+        "--arch",
+        ARCH,
+        *DIMS,
+        "--optimizer",
+        "radam",
+        "--lr",
+        "1e-9",
+        "--max-tokens",
+        "1000",
+        "--max-update",
+        max_update,
+        "--cpu",
+        "--seed",
+        "3",
+        "--save-dir",
+        save,
+        "--no-epoch-checkpoints",
+        "--no-progress-bar",
+        *extra,
+        cwd=cwd,
     )
 
 
@@ -133,7 +168,7 @@ def test_one_command_profiles_trains_resumes_and_generates(tiny_data_bin, tmp_pa
     assert "Admin profile encoder layer 2 sub-layer 1" in log and "Admin profile decoder layer 1 sub-layer 2" in log
     profiled = json.loads(report.read_text())
     state = torch.load(save / "checkpoint_last.pt", map_location="cpu", weights_only=False)["model"]
-    for stack, sublayers in (("encoder", 2), ("decoder", 3)):
+    for stack, _sublayers in (("encoder", 2), ("decoder", 3)):
         for row in profiled[stack]:
             omega = state[f"{stack}.layers.{row['layer']}.omega"][row["sublayer"]]
             # after one update at lr 1e-9 omega is still the profiled value: nothing overwrote it
@@ -146,8 +181,20 @@ def test_one_command_profiles_trains_resumes_and_generates(tiny_data_bin, tmp_pa
     assert "Loaded checkpoint" in resumed and not report.exists()
 
     out = run_cli(
-        "fairseq-generate", tiny_data_bin, "--user-dir", PLUGIN_DIR, "--path", save / "checkpoint_last.pt",
-        "--gen-subset", "test", "--beam", "2", "--batch-size", "16", "--cpu", cwd=tmp_path,
+        "fairseq-generate",
+        tiny_data_bin,
+        "--user-dir",
+        PLUGIN_DIR,
+        "--path",
+        save / "checkpoint_last.pt",
+        "--gen-subset",
+        "test",
+        "--beam",
+        "2",
+        "--batch-size",
+        "16",
+        "--cpu",
+        cwd=tmp_path,
     )
     assert sum(line.startswith("H-") for line in out.splitlines()) == 40
     assert "Admin profile" not in out
@@ -163,8 +210,11 @@ def admin_checkpoint(tiny_data_bin, tmp_path_factory):
     return save / "checkpoint_last.pt"
 
 
-@pytest.mark.parametrize("how", [["--continue-once"], ["--restore-file"], ["--restore-file", *RESET], ["--finetune-from-model"]],
-                         ids=["continue-once", "restore-file", "restore-file+reset", "finetune-from-model"])
+@pytest.mark.parametrize(
+    "how",
+    [["--continue-once"], ["--restore-file"], ["--restore-file", *RESET], ["--finetune-from-model"]],
+    ids=["continue-once", "restore-file", "restore-file+reset", "finetune-from-model"],
+)
 def test_every_way_of_starting_from_an_admin_checkpoint_keeps_its_omega(tiny_data_bin, tmp_path, admin_checkpoint, how):
     flags = [how[0], admin_checkpoint, *how[1:]]
     log = admin_train(tiny_data_bin, tmp_path / "ckpt", 2, *flags, cwd=tmp_path)
@@ -177,12 +227,43 @@ def test_every_way_of_starting_from_an_admin_checkpoint_keeps_its_omega(tiny_dat
 
 def test_a_post_ln_checkpoint_is_profiled_on_its_own_weights(tiny_data_bin, tmp_path):
     post_ln = tmp_path / "postln"
-    run_cli("fairseq-train", tiny_data_bin, "--user-dir", PLUGIN_DIR, "--arch", "transformer_postln_iwslt_de_en", *DIMS,
-            "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "1000", "--max-update", "2", "--cpu", "--seed", "4",
-            "--save-dir", post_ln, "--no-epoch-checkpoints", "--no-progress-bar", cwd=tmp_path)
+    run_cli(
+        "fairseq-train",
+        tiny_data_bin,
+        "--user-dir",
+        PLUGIN_DIR,
+        "--arch",
+        "transformer_postln_iwslt_de_en",
+        *DIMS,
+        "--optimizer",
+        "adam",
+        "--lr",
+        "1e-3",
+        "--max-tokens",
+        "1000",
+        "--max-update",
+        "2",
+        "--cpu",
+        "--seed",
+        "4",
+        "--save-dir",
+        post_ln,
+        "--no-epoch-checkpoints",
+        "--no-progress-bar",
+        cwd=tmp_path,
+    )
     report = tmp_path / "profile.json"
-    log = admin_train(tiny_data_bin, tmp_path / "admin", 1, "--restore-file", post_ln / "checkpoint_last.pt", *RESET,
-                      "--admin-profile-json", report, cwd=tmp_path)
+    log = admin_train(
+        tiny_data_bin,
+        tmp_path / "admin",
+        1,
+        "--restore-file",
+        post_ln / "checkpoint_last.pt",
+        *RESET,
+        "--admin-profile-json",
+        report,
+        cwd=tmp_path,
+    )
     assert "holds no omega; profiling its weights" in log and "Loaded checkpoint" in log
     source = torch.load(post_ln / "checkpoint_last.pt", map_location="cpu", weights_only=False)["model"]
     profiled = json.loads(report.read_text())
@@ -194,6 +275,10 @@ def test_a_post_ln_checkpoint_is_profiled_on_its_own_weights(tiny_data_bin, tmp_
     for stack in ("encoder", "decoder"):
         for row in profiled[stack]:
             omega = trained[f"{stack}.layers.{row['layer']}.omega"][row["sublayer"]]
-            torch.testing.assert_close(omega, torch.full_like(omega, row["omega"]), atol=1e-5, rtol=0)  # the load kept them
+            torch.testing.assert_close(
+                omega, torch.full_like(omega, row["omega"]), atol=1e-5, rtol=0
+            )  # the load kept them
     # the weights the Admin run started from are the Post-LN checkpoint's (lr 1e-9 since)
-    torch.testing.assert_close(trained["encoder.layers.0.fc1.weight"], source["encoder.layers.0.fc1.weight"], atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        trained["encoder.layers.0.fc1.weight"], source["encoder.layers.0.fc1.weight"], atol=1e-6, rtol=0
+    )

@@ -1,4 +1,5 @@
 """Admin on 2 CPU processes (gloo, legacy_ddp): both ranks profile, start and end identical."""
+
 import os
 import subprocess
 import sys
@@ -11,12 +12,42 @@ from conftest import PLUGIN_DIR, TINY_MODEL
 def test_two_process_run_ends_identical(tiny_data_bin, tmp_path):
     env = {**os.environ, "DUMP_DIR": str(tmp_path), "OMP_NUM_THREADS": "1"}
     cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29517",
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        "29517",
         str(PLUGIN_DIR.parent / "tests" / "helpers" / "train_and_dump.py"),
-        str(tiny_data_bin), "--user-dir", str(PLUGIN_DIR), "--arch", "transformer_admin_iwslt_de_en", *TINY_MODEL,
-        "--optimizer", "radam", "--lr", "3e-3", "--max-tokens", "500", "--max-update", "10", "--cpu", "--seed", "1",
-        "--save-dir", str(tmp_path / "ckpt"), "--no-save", "--disable-validation", "--no-progress-bar",
-        "--admin-profile-json", str(tmp_path / "profile.json"), "--log-format", "simple", "--log-interval", "5",
+        str(tiny_data_bin),
+        "--user-dir",
+        str(PLUGIN_DIR),
+        "--arch",
+        "transformer_admin_iwslt_de_en",
+        *TINY_MODEL,
+        "--optimizer",
+        "radam",
+        "--lr",
+        "3e-3",
+        "--max-tokens",
+        "500",
+        "--max-update",
+        "10",
+        "--cpu",
+        "--seed",
+        "1",
+        "--save-dir",
+        str(tmp_path / "ckpt"),
+        "--no-save",
+        "--disable-validation",
+        "--no-progress-bar",
+        "--admin-profile-json",
+        str(tmp_path / "profile.json"),
+        "--log-format",
+        "simple",
+        "--log-interval",
+        "5",
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     log = proc.stdout + proc.stderr

@@ -1,4 +1,5 @@
 """Admin -> plain Post-LN export (Liu et al. 2020, App. C): same outputs, stock fairseq."""
+
 import os
 import re
 
@@ -47,13 +48,35 @@ def test_projected_embeddings_are_refused(tiny_data_bin):
 def test_exported_checkpoint_decodes_with_stock_fairseq(tiny_data_bin, tmp_path):
     save = tmp_path / "ckpt"
     run_cli(
-        "fairseq-train", tiny_data_bin, "--user-dir", PLUGIN_DIR, "--arch", ARCH, *TINY_MODEL,
-        "--share-decoder-input-output-embed", "--optimizer", "radam", "--lr", "3e-3", "--max-tokens", "1000",
-        "--max-update", "40", "--cpu", "--seed", "1", "--save-dir", save, "--no-epoch-checkpoints", "--no-progress-bar",
+        "fairseq-train",
+        tiny_data_bin,
+        "--user-dir",
+        PLUGIN_DIR,
+        "--arch",
+        ARCH,
+        *TINY_MODEL,
+        "--share-decoder-input-output-embed",
+        "--optimizer",
+        "radam",
+        "--lr",
+        "3e-3",
+        "--max-tokens",
+        "1000",
+        "--max-update",
+        "40",
+        "--cpu",
+        "--seed",
+        "1",
+        "--save-dir",
+        save,
+        "--no-epoch-checkpoints",
+        "--no-progress-bar",
     )
     run_cli("python", REPO_SCRIPT, save / "checkpoint_last.pt", tmp_path / "plain.pt")
     common = ["--gen-subset", "test", "--beam", "3", "--batch-size", "16", "--cpu"]
-    admin = run_cli("fairseq-generate", tiny_data_bin, "--user-dir", PLUGIN_DIR, "--path", save / "checkpoint_last.pt", *common)
+    admin = run_cli(
+        "fairseq-generate", tiny_data_bin, "--user-dir", PLUGIN_DIR, "--path", save / "checkpoint_last.pt", *common
+    )
     # stock fairseq: no --user-dir; only torch>=2.6's documented switch for fairseq checkpoints
     env = {**os.environ, "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}
     stock = run_cli("fairseq-generate", tiny_data_bin, "--path", tmp_path / "plain.pt", *common, env=env)

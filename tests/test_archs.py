@@ -1,5 +1,6 @@
 """Every registered architecture builds, runs forward/backward, and has the structure
 its paper prescribes."""
+
 import argparse
 
 import pytest
@@ -8,7 +9,6 @@ import torch.nn.functional as F
 from conftest import TINY_MODEL, batch, build, parse, plugin_archs
 from conftest import ffn as _ffn
 from fairseq.models.transformer import TransformerConfig
-
 from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
 
 from fairseq_layernorm_plugins.models.base import ARCH_FAMILIES, ARCH_SIZES
@@ -104,7 +104,9 @@ def test_retain_dropout_modules_takes_the_names_of_fairseqs_transformer(tiny_dat
         m.make_generation_fast_(retain_dropout=True, retain_dropout_modules=names)
     kept = retained_dropout(model)
     assert kept == retained_dropout(stock)
-    assert {"encoder.dropout_module", "encoder.layers.0.dropout_module"} <= kept and not any(n.startswith("decoder") for n in kept)
+    assert {"encoder.dropout_module", "encoder.layers.0.dropout_module"} <= kept and not any(
+        n.startswith("decoder") for n in kept
+    )
     src = batch(task)["net_input"]
     with torch.no_grad():
         a, b = (model.encoder(src["src_tokens"], src["src_lengths"])["encoder_out"][0] for _ in range(2))

@@ -1,5 +1,6 @@
 """B2T connection (Takase et al. 2023): the layer equations, incremental decoding,
 the LayerNorm-free variant and the optional N^-0.5 rescaling."""
+
 import pytest
 import torch
 from conftest import TINY_MODEL, batch, build, ffn
@@ -89,7 +90,9 @@ def test_incremental_decoding_equals_full_sequence(tiny_data_bin, flags):
         enc = model.encoder(net["src_tokens"], src_lengths=net["src_lengths"])
         full = model.decoder(prev, encoder_out=enc)[0]
         state = {}
-        steps = [model.decoder(prev[:, : t + 1], encoder_out=enc, incremental_state=state)[0] for t in range(prev.size(1))]
+        steps = [
+            model.decoder(prev[:, : t + 1], encoder_out=enc, incremental_state=state)[0] for t in range(prev.size(1))
+        ]
     real = prev.ne(task.target_dictionary.pad())
     torch.testing.assert_close(torch.cat(steps, dim=1)[real], full[real], atol=1e-5, rtol=1e-4)
 

@@ -1,6 +1,7 @@
 """End to end through the real command-line tools on tiny data: ``fairseq-train
 --user-dir`` for each architecture, resume from ``checkpoint_last.pt``, and
 ``fairseq-generate --user-dir``. New methods are covered by registering them."""
+
 import math
 import re
 
@@ -12,15 +13,23 @@ from fairseq_layernorm_plugins.optim.lr_scheduler.inverse_sqrt_nowarmup import i
 
 ARCHS = plugin_archs()
 # one architecture per registered plugin model (its IWSLT size), plus fairseq's Post-LN
-MODEL_ARCHS = sorted(
-    {m + "_iwslt_de_en" if m + "_iwslt_de_en" in ARCHS else m for m in set(ARCHS.values())}
-) + ["transformer_iwslt_de_en"]
+MODEL_ARCHS = sorted({m + "_iwslt_de_en" if m + "_iwslt_de_en" in ARCHS else m for m in set(ARCHS.values())}) + [
+    "transformer_iwslt_de_en"
+]
 
 ADAM = ["--optimizer", "adam", "--adam-betas", "(0.9, 0.98)"]
 RADAM = ["--optimizer", "radam", "--adam-betas", "(0.9, 0.98)"]
 WARMUP = ["--lr-scheduler", "inverse_sqrt", "--warmup-updates", "10", "--warmup-init-lr", "1e-7"]
 NOWARMUP = ["--lr-scheduler", "inverse_sqrt_nowarmup", "--decay-period", "40"]
-EPOCH_DECAY = ["--lr-scheduler", "epoch_decay_nowarmup", "--decay-epoch", "3", "--decay-factor", "0.3", "--inverse-sqrt-after-decay"]
+EPOCH_DECAY = [
+    "--lr-scheduler",
+    "epoch_decay_nowarmup",
+    "--decay-epoch",
+    "3",
+    "--decay-factor",
+    "0.3",
+    "--inverse-sqrt-after-decay",
+]
 
 # (arch, optimizer flags, schedule flags): every model with its recipe's kind of schedule
 # (warm-up unless the method is meant to train without), and each new optimizer /
@@ -35,12 +44,41 @@ RUNS = [(arch, ADAM, NOWARMUP if arch in NO_WARMUP_METHODS else WARMUP) for arch
 def train(data_bin, save_dir, arch, optimizer, schedule, max_update):
     # exactly the README's form: run from the repository root with a relative --user-dir
     return run_cli(
-        "fairseq-train", data_bin, "--user-dir", PLUGIN_DIR.name, "--arch", arch, *TINY_MODEL,
-        *optimizer, *schedule, "--lr", "3e-3", "--weight-decay", "1e-4", "--clip-norm", "0",
-        "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
-        "--max-tokens", "1000", "--max-update", max_update, "--seed", "1", "--cpu",
-        "--save-dir", save_dir, "--no-epoch-checkpoints", "--log-format", "json",
-        "--log-interval", "1", "--no-progress-bar", cwd=PLUGIN_DIR.parent,
+        "fairseq-train",
+        data_bin,
+        "--user-dir",
+        PLUGIN_DIR.name,
+        "--arch",
+        arch,
+        *TINY_MODEL,
+        *optimizer,
+        *schedule,
+        "--lr",
+        "3e-3",
+        "--weight-decay",
+        "1e-4",
+        "--clip-norm",
+        "0",
+        "--criterion",
+        "label_smoothed_cross_entropy",
+        "--label-smoothing",
+        "0.1",
+        "--max-tokens",
+        "1000",
+        "--max-update",
+        max_update,
+        "--seed",
+        "1",
+        "--cpu",
+        "--save-dir",
+        save_dir,
+        "--no-epoch-checkpoints",
+        "--log-format",
+        "json",
+        "--log-interval",
+        "1",
+        "--no-progress-bar",
+        cwd=PLUGIN_DIR.parent,
     )
 
 
@@ -77,8 +115,20 @@ def test_train_resume_generate(tiny_data_bin, tmp_path, arch, optimizer, schedul
     assert float(resumed[-1]["loss"]) < losses[0]
 
     out = run_cli(
-        "fairseq-generate", tiny_data_bin, "--user-dir", PLUGIN_DIR.name, "--path", save / "checkpoint_last.pt",
-        "--gen-subset", "test", "--beam", "3", "--batch-size", "20", "--cpu", cwd=PLUGIN_DIR.parent,
+        "fairseq-generate",
+        tiny_data_bin,
+        "--user-dir",
+        PLUGIN_DIR.name,
+        "--path",
+        save / "checkpoint_last.pt",
+        "--gen-subset",
+        "test",
+        "--beam",
+        "3",
+        "--batch-size",
+        "20",
+        "--cpu",
+        cwd=PLUGIN_DIR.parent,
     )
     hypotheses = [line for line in out.splitlines() if line.startswith("H-")]
     assert len(hypotheses) == 40 and all(len(h.split("\t")) == 3 for h in hypotheses)

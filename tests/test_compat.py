@@ -1,4 +1,5 @@
 """Importing the plugin: supported fairseq only, with a one-line fix; checkpoints load."""
+
 import os
 import subprocess
 import sys
@@ -6,7 +7,6 @@ import textwrap
 
 import numpy as np
 import pytest
-
 from conftest import PLUGIN_DIR, TINY_MODEL, run_cli
 
 from fairseq_layernorm_plugins._compat import fairseq_version_problem
@@ -74,7 +74,10 @@ def test_every_sentence_is_batched(n, multiple):
 
     for tokens in (10, 200):  # one batch, or several cut by --max-tokens
         batches = data_utils.batch_by_size(
-            np.arange(n, dtype=np.int64), lambda i: tokens, max_tokens=4000, required_batch_size_multiple=multiple
+            np.arange(n, dtype=np.int64),
+            lambda i, tokens=tokens: tokens,
+            max_tokens=4000,
+            required_batch_size_multiple=multiple,
         )
         assert np.concatenate(batches).tolist() == list(range(n))
         assert all(len(b) % multiple == 0 for b in batches[:-1])
@@ -84,7 +87,9 @@ def test_fairseq_datasets_use_the_fix(tiny_data_bin):
     """The path fairseq-generate takes: a real dataset's batch_by_size, 43 test sentences."""
     from fairseq import options, tasks
 
-    args = options.parse_args_and_arch(options.get_training_parser(), [str(tiny_data_bin), "--arch", "transformer_postln"])
+    args = options.parse_args_and_arch(
+        options.get_training_parser(), [str(tiny_data_bin), "--arch", "transformer_postln"]
+    )
     task = tasks.setup_task(args)
     task.build_model(args)  # a plugin model: the fix is on from here
     task.load_dataset("valid")  # 80 sentences: 80 % 8 == 0, so also check a prefix of 43
@@ -93,7 +98,9 @@ def test_fairseq_datasets_use_the_fix(tiny_data_bin):
     assert sum(len(b) for b in batches) == 43
 
 
-@pytest.mark.parametrize("cuda, flags, tpu", [(True, ["--bf16"], False), (False, ["--bf16"], True), (True, ["--fp16"], False)])
+@pytest.mark.parametrize(
+    "cuda, flags, tpu", [(True, ["--bf16"], False), (False, ["--bf16"], True), (True, ["--fp16"], False)]
+)
 def test_bf16_trains_on_the_gpu_not_a_tpu(cuda, flags, tpu, tiny_data_bin, monkeypatch):
     """fairseq's parser makes --bf16 imply --tpu; with CUDA and no torch_xla the run goes to the GPU."""
     import torch
@@ -103,7 +110,9 @@ def test_bf16_trains_on_the_gpu_not_a_tpu(cuda, flags, tpu, tiny_data_bin, monke
 
     import fairseq_layernorm_plugins  # noqa: F401  (installs the fix)
 
-    args = options.parse_args_and_arch(options.get_training_parser(), [str(tiny_data_bin), "--arch", "transformer", *flags])
+    args = options.parse_args_and_arch(
+        options.get_training_parser(), [str(tiny_data_bin), "--arch", "transformer", *flags]
+    )
     cfg = convert_namespace_to_omegaconf(args)
     assert cfg.common.tpu == ("--bf16" in flags)  # fairseq's own parsing
     monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
@@ -117,17 +126,55 @@ def translated_lines(data_bin, arch, tmp_path, user_dir=True, env=None):
     sentences in batches of 6 (fairseq main would drop the last 4)."""
     save = tmp_path / arch
     plugin = ["--user-dir", str(PLUGIN_DIR)]
-    run_cli("fairseq-train", data_bin, *plugin, "--arch", arch, *TINY_MODEL, "--optimizer", "adam", "--lr", "1e-3",
-            "--max-tokens", "500", "--max-update", "1", "--cpu", "--save-dir", save, "--no-epoch-checkpoints", cwd=tmp_path, env=env)
-    out = run_cli("fairseq-generate", data_bin, *(plugin if user_dir else []), "--path", save / "checkpoint_last.pt",
-                  "--gen-subset", "test", "--batch-size", "6", "--beam", "1", "--max-len-b", "5", "--cpu", cwd=tmp_path, env=env)
+    run_cli(
+        "fairseq-train",
+        data_bin,
+        *plugin,
+        "--arch",
+        arch,
+        *TINY_MODEL,
+        "--optimizer",
+        "adam",
+        "--lr",
+        "1e-3",
+        "--max-tokens",
+        "500",
+        "--max-update",
+        "1",
+        "--cpu",
+        "--save-dir",
+        save,
+        "--no-epoch-checkpoints",
+        cwd=tmp_path,
+        env=env,
+    )
+    out = run_cli(
+        "fairseq-generate",
+        data_bin,
+        *(plugin if user_dir else []),
+        "--path",
+        save / "checkpoint_last.pt",
+        "--gen-subset",
+        "test",
+        "--batch-size",
+        "6",
+        "--beam",
+        "1",
+        "--max-len-b",
+        "5",
+        "--cpu",
+        cwd=tmp_path,
+        env=env,
+    )
     return sum(line.startswith("H-") for line in out.splitlines())
 
 
 def test_stock_transformer_batches_as_stock_fairseq_with_the_plugin_loaded(tiny_data_bin, tmp_path):
     stock = translated_lines(tiny_data_bin, "transformer", tmp_path, user_dir=False)
     assert translated_lines(tiny_data_bin, "transformer", tmp_path) == stock  # --user-dir changes nothing for it
-    assert translated_lines(tiny_data_bin, "transformer_postln", tmp_path) == 40  # the plugin's archs keep every sentence
+    assert (
+        translated_lines(tiny_data_bin, "transformer_postln", tmp_path) == 40
+    )  # the plugin's archs keep every sentence
     if stock == 40:
         pytest.skip("this fairseq keeps the last batch itself")
     off = {**os.environ, "FAIRSEQ_LAYERNORM_PLUGINS_NO_PATCH": "keep_last_batch"}

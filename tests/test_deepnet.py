@@ -1,4 +1,5 @@
 """DeepNet / DeepNorm (Wang et al. 2022): residual weight alpha, init gain beta."""
+
 import math
 
 import pytest
@@ -15,9 +16,22 @@ EXPECTED = {
 
 def dims(layers, d=64, ffn_dim=128):
     return [
-        "--encoder-embed-dim", d, "--decoder-embed-dim", d, "--encoder-ffn-embed-dim", ffn_dim,
-        "--decoder-ffn-embed-dim", ffn_dim, "--encoder-layers", layers, "--decoder-layers", layers,
-        "--encoder-attention-heads", 4, "--decoder-attention-heads", 4,
+        "--encoder-embed-dim",
+        d,
+        "--decoder-embed-dim",
+        d,
+        "--encoder-ffn-embed-dim",
+        ffn_dim,
+        "--decoder-ffn-embed-dim",
+        ffn_dim,
+        "--encoder-layers",
+        layers,
+        "--decoder-layers",
+        layers,
+        "--encoder-attention-heads",
+        4,
+        "--decoder-attention-heads",
+        4,
     ]
 
 
@@ -31,12 +45,12 @@ def test_alpha_and_init_gains(tiny_data_bin, depth):
     for stack, (alpha, beta) in zip(("encoder", "decoder"), EXPECTED[depth, depth]):
         layers = getattr(model, stack).layers
         assert all(layer.alpha == pytest.approx(alpha, abs=1e-4) for layer in layers)
-        attns = [l.self_attn for l in layers] + ([l.encoder_attn for l in layers] if stack == "decoder" else [])
+        attns = [lay.self_attn for lay in layers] + ([lay.encoder_attn for lay in layers] if stack == "decoder" else [])
         for kind, gain in (("v_proj", beta), ("out_proj", beta), ("q_proj", 1.0), ("k_proj", 1.0)):
             w = torch.cat([getattr(a, kind).weight.detach().flatten() for a in attns])
             assert w.std().item() == pytest.approx(xavier_normal_std(64, 64, gain), rel=0.03), (stack, kind)
         for kind in ("fc1", "fc2"):
-            w = torch.cat([getattr(l, kind).weight.detach().flatten() for l in layers])
+            w = torch.cat([getattr(lay, kind).weight.detach().flatten() for lay in layers])
             assert w.std().item() == pytest.approx(xavier_normal_std(64, 128, beta), rel=0.03), (stack, kind)
 
 

@@ -1,10 +1,10 @@
 """Depth (Huang et al. 2020, Sec. 4): a 50L-50L T-Fixup model at d=64 trains without
 warm-up; Post-LN of the same shape, on the same schedule, does not. ~4-5 minutes."""
+
 import json
 import sys
 
 import pytest
-
 from conftest import REPO
 
 sys.path.insert(0, str(REPO / "scripts"))

@@ -1,5 +1,6 @@
 """The diagnostics reproduce the papers' facts at initialisation on small models
 (same seed and shape for every arch), on real IWSLT14-mini batches."""
+
 import statistics
 
 import pytest
@@ -8,8 +9,10 @@ from conftest import shared_data
 from fairseq_layernorm_plugins import diagnostics as D
 from fairseq_layernorm_plugins.prepare.iwslt14_mini import prepare
 
-SMALL = ("--encoder-embed-dim 64 --decoder-embed-dim 64 --encoder-ffn-embed-dim 128 --decoder-ffn-embed-dim 128 "
-         "--encoder-attention-heads 4 --decoder-attention-heads 4 --share-decoder-input-output-embed").split()
+SMALL = (
+    "--encoder-embed-dim 64 --decoder-embed-dim 64 --encoder-ffn-embed-dim 128 --decoder-ffn-embed-dim 128 "
+    "--encoder-attention-heads 4 --decoder-attention-heads 4 --share-decoder-input-output-embed"
+).split()
 
 
 @pytest.fixture(scope="module")
@@ -23,14 +26,24 @@ def mini_bin(tmp_path_factory):
 def measured(mini_bin):
     """{(arch, layers): (grad norms, output change after one Adam update, dependency, cosine)}"""
     results = {}
-    for arch in ("transformer_postln_iwslt_de_en", "transformer_preln_iwslt_de_en", "transformer_admin_iwslt_de_en", "transformer_tfixup_iwslt_de_en"):
+    for arch in (
+        "transformer_postln_iwslt_de_en",
+        "transformer_preln_iwslt_de_en",
+        "transformer_admin_iwslt_de_en",
+        "transformer_tfixup_iwslt_de_en",
+    ):
         for layers in (2, 12):
-            model, criterion, task = D.build(mini_bin, arch, *SMALL, "--encoder-layers", layers, "--decoder-layers", layers)
+            model, criterion, task = D.build(
+                mini_bin, arch, *SMALL, "--encoder-layers", layers, "--decoder-layers", layers
+            )
             sample = D.sample_batch(task, sentences=16)
             D.prepare_model(model, sample)
             results[arch.replace("_iwslt_de_en", "").replace("_postln", ""), layers] = (  # Post-LN as "transformer"
-                D.grad_norms(model, criterion, sample), D.output_change(model, criterion, sample, "adam"),
-                D.dependency(model, sample), D.layer_cosine(model, sample))
+                D.grad_norms(model, criterion, sample),
+                D.output_change(model, criterion, sample, "adam"),
+                D.dependency(model, sample),
+                D.layer_cosine(model, sample),
+            )
     return results
 
 
@@ -61,19 +74,28 @@ def test_admin_and_tfixup_output_change_stays_below_postln(measured):
 
 def test_preln_and_admin_depend_less_on_their_own_branch_in_upper_layers(measured):
     """Admin Sec. 4.1: beta_ii shrinks with depth in Pre-LN (and Admin at init), not in Post-LN."""
-    top = {arch: statistics.mean(measured[arch, 12][2]["decoder"][-6:]) for arch in ("transformer", "transformer_preln", "transformer_admin")}
-    assert top["transformer_preln"] < 0.6 * top["transformer"] and top["transformer_admin"] < 0.6 * top["transformer"], top
+    top = {
+        arch: statistics.mean(measured[arch, 12][2]["decoder"][-6:])
+        for arch in ("transformer", "transformer_preln", "transformer_admin")
+    }
+    assert (
+        top["transformer_preln"] < 0.6 * top["transformer"] and top["transformer_admin"] < 0.6 * top["transformer"]
+    ), top
     assert len(measured["transformer", 12][2]["encoder"]) == 24 and len(measured["transformer", 12][2]["decoder"]) == 36
 
 
 def test_layer_cosine_matrix_is_a_similarity_matrix(measured):
     cosine = measured["transformer_preln", 12][3]["encoder"]
     assert len(cosine) == 12 and all(abs(cosine[i][i] - 1) < 1e-4 for i in range(12))
-    assert all(abs(cosine[i][j] - cosine[j][i]) < 1e-6 and -1 <= cosine[i][j] <= 1 + 1e-6 for i in range(12) for j in range(12))
+    assert all(
+        abs(cosine[i][j] - cosine[j][i]) < 1e-6 and -1 <= cosine[i][j] <= 1 + 1e-6 for i in range(12) for j in range(12)
+    )
 
 
 def test_dependency_restores_the_layers(mini_bin):
-    model, _, task = D.build(mini_bin, "transformer_preln_iwslt_de_en", *SMALL, "--encoder-layers", 2, "--decoder-layers", 2)
+    model, _, task = D.build(
+        mini_bin, "transformer_preln_iwslt_de_en", *SMALL, "--encoder-layers", 2, "--decoder-layers", 2
+    )
     sample = D.sample_batch(task, sentences=4)
     before = D.features(model, sample)
     D.dependency(model, sample)

@@ -1,5 +1,6 @@
 """Training through the launcher and evaluation: checkpoint averaging, SacreBLEU equal to
 the sacrebleu CLI, 2-process CPU data parallel, fairseq-hydra-train."""
+
 import json
 import logging
 import os
@@ -12,7 +13,13 @@ from conftest import BIN, PLUGIN_DIR, shared_data
 from fairseq_layernorm_plugins.prepare.iwslt14_mini import prepare as prepare_iwslt14_mini
 from fairseq_layernorm_plugins.prepare.textio import read_lines, write_lines
 from fairseq_layernorm_plugins.recipes.config import load_recipe
-from fairseq_layernorm_plugins.recipes.evaluate import average_checkpoints, compound_split, evaluate, last_checkpoints, score
+from fairseq_layernorm_plugins.recipes.evaluate import (
+    average_checkpoints,
+    compound_split,
+    evaluate,
+    last_checkpoints,
+    score,
+)
 from fairseq_layernorm_plugins.recipes.launch import Launch, train
 
 TINY_RECIPE = """
@@ -43,7 +50,9 @@ def test_average_of_two_checkpoints_is_the_elementwise_mean(tmp_path):
     states = [{"w": torch.randn(5, 3), "h": torch.randn(4).half(), "steps": torch.tensor([7 + i])} for i in range(2)]
     for i, state in enumerate(states):
         torch.save({"model": state, "cfg": {"i": i}, "extra_state": {"epoch": i}}, tmp_path / f"c{i}.pt")
-    out = torch.load(average_checkpoints([tmp_path / "c0.pt", tmp_path / "c1.pt"], tmp_path / "avg.pt"), weights_only=False)
+    out = torch.load(
+        average_checkpoints([tmp_path / "c0.pt", tmp_path / "c1.pt"], tmp_path / "avg.pt"), weights_only=False
+    )
     for key in ("w", "h"):
         expected = ((states[0][key].double() + states[1][key].double()) / 2).to(states[0][key].dtype)
         torch.testing.assert_close(out["model"][key], expected, rtol=0, atol=0)
@@ -56,8 +65,11 @@ def test_average_of_two_checkpoints_is_the_elementwise_mean(tmp_path):
 
 
 def test_last_checkpoints_by_epoch_or_update(tmp_path):
-    for name in ["checkpoint_last.pt", "checkpoint_best.pt"] + [f"checkpoint{e}.pt" for e in range(1, 13)] + [
-            f"checkpoint_{e}_{u}.pt" for e, u in ((1, 500), (2, 1000), (2, 1500))]:
+    for name in (
+        ["checkpoint_last.pt", "checkpoint_best.pt"]
+        + [f"checkpoint{e}.pt" for e in range(1, 13)]
+        + [f"checkpoint_{e}_{u}.pt" for e, u in ((1, 500), (2, 1000), (2, 1500))]
+    ):
         (tmp_path / name).touch()
     assert [p.name for p in last_checkpoints(tmp_path, 10)] == [f"checkpoint{e}.pt" for e in range(12, 2, -1)]
     assert [p.name for p in last_checkpoints(tmp_path, 2, "update")] == ["checkpoint_2_1500.pt", "checkpoint_2_1000.pt"]
@@ -71,8 +83,12 @@ def test_compound_split_is_fairseqs_rewrite():
 
 
 def sacrebleu_cli(ref, hyp, *options):
-    out = subprocess.run([str(BIN / "sacrebleu"), str(ref), "-i", str(hyp), "-m", "bleu", "-b", "-w", "2", *options],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [str(BIN / "sacrebleu"), str(ref), "-i", str(hyp), "-m", "bleu", "-b", "-w", "2", *options],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return float(out.strip())
 
 
@@ -84,8 +100,12 @@ def test_sacrebleu_scores_equal_the_cli(tmp_path, lowercase):
     write_lines(tmp_path / "ref.de", refs)
     write_lines(tmp_path / "hyp.de", hyps)
     scores = score(hyps, hyps, refs, refs, lowercase=lowercase)
-    assert scores["sacrebleu"]["score"] == round(sacrebleu_cli(tmp_path / "ref.de", tmp_path / "hyp.de", *(["-lc"] if lowercase else [])), 2)
-    assert scores["tokenized"]["score"] == round(sacrebleu_cli(tmp_path / "ref.de", tmp_path / "hyp.de", "--tokenize", "none"), 2)
+    assert scores["sacrebleu"]["score"] == round(
+        sacrebleu_cli(tmp_path / "ref.de", tmp_path / "hyp.de", *(["-lc"] if lowercase else [])), 2
+    )
+    assert scores["tokenized"]["score"] == round(
+        sacrebleu_cli(tmp_path / "ref.de", tmp_path / "hyp.de", "--tokenize", "none"), 2
+    )
     assert scores["sacrebleu"]["signature"].startswith("nrefs:1|case:" + ("lc" if lowercase else "mixed"))
     assert 10 < scores["sacrebleu"]["score"] < 90
 
@@ -107,8 +127,21 @@ def test_train_then_evaluate_on_iwslt14_mini(tmp_path, capsys):
     prepare_iwslt14_mini(shared_data("iwslt14"), data, test_lines=60)
     recipe = load_recipe("iwslt14_mini/postln").with_depth()
     run_dir = tmp_path / "run"
-    launch = Launch(recipe, str(data / "bin"), str(run_dir / "checkpoints"), cpu_workers=1,
-                    extra=["--max-update", "10", "--save-interval-updates", "5", "--keep-interval-updates", "2", "--disable-validation"])
+    launch = Launch(
+        recipe,
+        str(data / "bin"),
+        str(run_dir / "checkpoints"),
+        cpu_workers=1,
+        extra=[
+            "--max-update",
+            "10",
+            "--save-interval-updates",
+            "5",
+            "--keep-interval-updates",
+            "2",
+            "--disable-validation",
+        ],
+    )
     train(launch, run_dir)
     result = evaluate(run_dir, average_last=2, kind="update")
     printed = capsys.readouterr().out
@@ -126,7 +159,9 @@ def test_train_then_evaluate_on_iwslt14_mini(tmp_path, capsys):
 def test_launcher_two_cpu_processes_end_with_identical_parameters(tiny_data_bin, tmp_path):
     recipe = tiny_recipe(tmp_path)
     helper = PLUGIN_DIR.parent / "tests" / "helpers" / "train_and_dump.py"
-    launch = Launch(recipe, str(tiny_data_bin), str(tmp_path / "ckpt"), cpu_workers=2, master_port=29531, train_entry=str(helper))
+    launch = Launch(
+        recipe, str(tiny_data_bin), str(tmp_path / "ckpt"), cpu_workers=2, master_port=29531, train_entry=str(helper)
+    )
     assert launch.plan() == (500, 1)
     train(launch, tmp_path / "run", env={**os.environ, "DUMP_DIR": str(tmp_path), "OMP_NUM_THREADS": "1"})
     log = (tmp_path / "run" / "train.log").read_text()
@@ -144,8 +179,20 @@ def test_recipe_runs_under_fairseq_hydra_train(tiny_data_bin, tmp_path):
     recipe.data["fairseq"]["checkpoint"] = {}
     launch = Launch(recipe, str(tiny_data_bin), str(tmp_path / "ckpt"), cpu_workers=1)
     config = launch.write_hydra_config(tmp_path / "hydra" / "admin.yaml")
-    proc = subprocess.run([str(BIN / "fairseq-hydra-train"), "--config-dir", str(config.parent), "--config-name", "admin",
-                           f"hydra.run.dir={tmp_path / 'outputs'}"], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    proc = subprocess.run(
+        [
+            str(BIN / "fairseq-hydra-train"),
+            "--config-dir",
+            str(config.parent),
+            "--config-name",
+            "admin",
+            f"hydra.run.dir={tmp_path / 'outputs'}",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-3000:]
     assert "Admin: profiled 1 batch(es)" in log

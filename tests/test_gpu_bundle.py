@@ -1,4 +1,5 @@
 """The GPU bundle (scripts/gpu/): collect, offline install, and the check's dry run."""
+
 import importlib.util
 import json
 import os
@@ -8,7 +9,6 @@ import tarfile
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, SHARED_DATA
 
 GPU = REPO / "scripts" / "gpu"
@@ -30,14 +30,23 @@ def fake_bundle_files(wheels, pins):
     wheels.mkdir(parents=True, exist_ok=True)
     for name, version in pins:
         stem = name.replace("-", "_").lower()
-        (wheels / (f"{stem}-{version}.tar.gz" if name in collect.SDISTS else f"{stem}-{version}-py3-none-any.whl")).write_bytes(b"x" * 1000)
+        (
+            wheels / (f"{stem}-{version}.tar.gz" if name in collect.SDISTS else f"{stem}-{version}-py3-none-any.whl")
+        ).write_bytes(b"x" * 1000)
 
 
 def test_requirements_are_pinned_once_and_bad_lines_name_file_and_line(tmp_path):
     pins = collect.requirements(collect.REQUIREMENTS, collect.SKLEARN)
     names = [collect._canonical(n) for n, _ in pins]
-    assert len(names) == len(set(names)) and {"fairseq-fixed", "hydra-core", "omegaconf", "bitarray", "sacremoses", "subword-nmt",
-                                                "scikit-learn"} <= set(names)
+    assert len(names) == len(set(names)) and {
+        "fairseq-fixed",
+        "hydra-core",
+        "omegaconf",
+        "bitarray",
+        "sacremoses",
+        "subword-nmt",
+        "scikit-learn",
+    } <= set(names)
     bad = tmp_path / "req.txt"
     bad.write_text("# comment\nhydra-core==1.3.2\nbitarray>=3\n")
     with pytest.raises(collect.CollectError, match=rf"{bad}:3: expected 'name==version'"):
@@ -70,8 +79,11 @@ def test_collect_packs_the_project_and_refuses_an_oversized_bundle(tmp_path, mon
         collect.main(["--out", str(out), "--no-data", "--limit-mib", "0.001"])
     with tarfile.open(out / "project.tar.gz") as tar:
         names = set(tar.getnames())
-    assert {"fairseq_layernorm_plugins/scripts/gpu/install.sh", "fairseq_layernorm_plugins/setup.py",
-            "fairseq_layernorm_plugins/fairseq_layernorm_plugins/__init__.py"} <= names
+    assert {
+        "fairseq_layernorm_plugins/scripts/gpu/install.sh",
+        "fairseq_layernorm_plugins/setup.py",
+        "fairseq_layernorm_plugins/fairseq_layernorm_plugins/__init__.py",
+    } <= names
     assert not any("/runs/" in n or "/data/iwslt" in n or "/.venv/" in n for n in names)
 
 
@@ -88,20 +100,35 @@ def test_install_needs_the_nodes_torch_first(tmp_path):
     if subprocess.run([bare, "-c", "import torch"], capture_output=True).returncode == 0:
         pytest.skip("the base interpreter has torch")
     (tmp_path / "wheels").mkdir()
-    proc = subprocess.run(["bash", GPU / "install.sh", tmp_path], capture_output=True, text=True, env={**os.environ, "PYTHON": str(bare)})
+    proc = subprocess.run(
+        ["bash", GPU / "install.sh", tmp_path], capture_output=True, text=True, env={**os.environ, "PYTHON": str(bare)}
+    )
     assert proc.returncode == 2
-    assert proc.stderr.strip().startswith("install: error:") and "lacks: torch" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert (
+        proc.stderr.strip().startswith("install: error:")
+        and "lacks: torch" in proc.stderr
+        and len(proc.stderr.strip().splitlines()) == 1
+    )
     proc = subprocess.run(["bash", GPU / "install.sh", tmp_path / "nowhere"], capture_output=True, text=True)
     assert proc.returncode == 2 and "nowhere/wheels: no such folder" in proc.stderr
 
 
 def test_training_summary_reads_loss_scale_and_speed():
-    curves = {"train": [{"update": u, "loss": loss, "wps": 1000.0 * u, "loss_scale": scale}
-                        for u, loss, scale in [(10, 9.0, 128.0), (20, 8.0, 64.0), (30, 7.0, 4.0), (40, 6.5, 8.0)]],
-              "valid": [{"loss": 6.4}], "end": {"update": 40}}
+    curves = {
+        "train": [
+            {"update": u, "loss": loss, "wps": 1000.0 * u, "loss_scale": scale}
+            for u, loss, scale in [(10, 9.0, 128.0), (20, 8.0, 64.0), (30, 7.0, 4.0), (40, 6.5, 8.0)]
+        ],
+        "valid": [{"loss": 6.4}],
+        "end": {"update": 40},
+    }
     summary = check.training_summary(curves)
     assert summary["finite"] and summary["falling"] and summary["updates"] == 40
-    assert (summary["loss_scale_min"], summary["loss_scale_last"], summary["wps"]) == (4.0, 8.0, 30000.0)  # median; the first interval left out
+    assert (summary["loss_scale_min"], summary["loss_scale_last"], summary["wps"]) == (
+        4.0,
+        8.0,
+        30000.0,
+    )  # median; the first interval left out
     curves["train"][-1]["loss"] = float("nan")
     assert not check.training_summary(curves)["finite"]
     curves["train"] = [dict(p, loss=9.0 + p["update"], loss_scale=None) for p in curves["train"]]
@@ -113,10 +140,12 @@ def test_omega_comparison_flags_a_different_profile():
     def profile(scale):
         return {"encoder": [{"omega": 1.0 * scale}, {"omega": 1.5}], "decoder": [{"omega": 2.0}]}
 
-    records = [{"part": "b", "method": "admin", "name": "b.admin", "admin_profile": profile(1.0)},
-               {"part": "a", "method": "admin", "precision": "fp16", "admin_profile": profile(1.0 + 1e-6)},
-               {"part": "a", "method": "admin", "precision": "bf16", "admin_profile": profile(1.01)},
-               {"part": "a", "method": "postln", "precision": "fp16"}]
+    records = [
+        {"part": "b", "method": "admin", "name": "b.admin", "admin_profile": profile(1.0)},
+        {"part": "a", "method": "admin", "precision": "fp16", "admin_profile": profile(1.0 + 1e-6)},
+        {"part": "a", "method": "admin", "precision": "bf16", "admin_profile": profile(1.01)},
+        {"part": "a", "method": "postln", "precision": "fp16"},
+    ]
     rows = check.omega_comparison(records)
     assert [(r["precision"], r["equal"], r["compared"]) for r in rows] == [("fp16", True, 3), ("bf16", False, 3)]
     assert rows[1]["max_rel_diff"] == pytest.approx(0.01)
@@ -137,20 +166,39 @@ def check_data(tmp_path_factory):
 def test_check_dry_run_trains_scores_and_resumes(check_data, tmp_path):
     """check.py --dry-run: every part on CPU; a second call of part b reuses the runs."""
     out, runs = tmp_path / "out", tmp_path / "runs"
-    cmd = [sys.executable, GPU / "check.py", "--out", out, "--runs", runs, "--data", check_data, "--dry-run", "--jobs", "1"]
+    cmd = [
+        sys.executable,
+        GPU / "check.py",
+        "--out",
+        out,
+        "--runs",
+        runs,
+        "--data",
+        check_data,
+        "--dry-run",
+        "--jobs",
+        "1",
+    ]
     proc = subprocess.run(list(map(str, cmd)), capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads((out / "check.json").read_text())
     trained = {r["name"]: r for r in report["runs"]}
-    assert set(trained) == {f"a.{m}.2L.fp32" for m in check.METHODS} | {f"d.{m}.3L.fp32" for m in check.DEEP} | {"b.admin.2L.fp32"}
+    assert set(trained) == {f"a.{m}.2L.fp32" for m in check.METHODS} | {f"d.{m}.3L.fp32" for m in check.DEEP} | {
+        "b.admin.2L.fp32"
+    }
     for r in trained.values():
         assert "error" not in r and r["finite"] and r["updates"] == (1 if r["part"] == "b" else 8)
         if r["part"] != "b":
             assert set(r["bleu"]) == {"sacrebleu", "tokenized", "compound_split"} and r["sentences"] == 16
     assert [(row["precision"], row["compared"], row["equal"]) for row in report["omegas"]] == [("fp32", 10, True)]
     bench = report["throughput"][0]
-    assert "error" not in bench and set(bench["archs"]) == {"transformer_preln", "transformer_deepnet", "transformer_b2t",
-                                                            "transformer_admin", "transformer_tfixup"}
+    assert "error" not in bench and set(bench["archs"]) == {
+        "transformer_preln",
+        "transformer_deepnet",
+        "transformer_b2t",
+        "transformer_admin",
+        "transformer_tfixup",
+    }
     markdown = (out / "check.md").read_text()
     for heading in ("### a. Every method", "### b. Admin's omegas", "### c. Throughput", "### d. 3L-3L"):
         assert heading in markdown
@@ -162,4 +210,3 @@ def test_check_dry_run_trains_scores_and_resumes(check_data, tmp_path):
     assert log.stat().st_mtime_ns == before  # not trained again
     report = json.loads((out / "check.json").read_text())
     assert {r["name"] for r in report["runs"]} == {"a.admin.2L.fp32", "b.admin.2L.fp32"} and "throughput" not in report
-

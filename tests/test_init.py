@@ -1,13 +1,22 @@
 """--init-style: the papers' fairseq 0.8/0.9 initialisation by default, fairseq 0.12's on request."""
+
 import pytest
 import torch
-
 from conftest import build
-from fairseq_layernorm_plugins.models.base import ARCH_FAMILIES
-from fairseq_layernorm_plugins.modules import stack_layers
-from fairseq_layernorm_plugins.modules import attentions
 
-WIDE = ["--encoder-embed-dim", 128, "--decoder-embed-dim", 128, "--encoder-ffn-embed-dim", 512, "--decoder-ffn-embed-dim", 512]
+from fairseq_layernorm_plugins.models.base import ARCH_FAMILIES
+from fairseq_layernorm_plugins.modules import attentions, stack_layers
+
+WIDE = [
+    "--encoder-embed-dim",
+    128,
+    "--decoder-embed-dim",
+    128,
+    "--encoder-ffn-embed-dim",
+    512,
+    "--decoder-ffn-embed-dim",
+    512,
+]
 
 
 def layers(model):
@@ -63,7 +72,11 @@ def test_rescaled_methods_start_with_zero_biases(tiny_data_bin, model):
     """T-Fixup and DeepNet re-initialise the weights; every layer's linear bias starts at 0
     (DeepNet's authors zero them; fairseq 0.12 would leave fc1/fc2 and q/k/v at nn.Linear's)."""
     built, _, _ = build(tiny_data_bin, model, *WIDE)
-    biases = {name: p for name, p in built.named_parameters() if ".layers." in name and name.endswith(("proj.bias", "fc1.bias", "fc2.bias"))}
+    biases = {
+        name: p
+        for name, p in built.named_parameters()
+        if ".layers." in name and name.endswith(("proj.bias", "fc1.bias", "fc2.bias"))
+    }
     # per encoder layer fc1, fc2, self-attention q/k/v/out; per decoder layer also the cross-attention's
     assert len(biases) == 6 * len(built.encoder.layers) + 10 * len(built.decoder.layers)
     assert all(torch.count_nonzero(p) == 0 for p in biases.values())

@@ -1,6 +1,7 @@
 """Multi30k: the recipe on the real files, the download path against a local HTTP server
 standing in for the official repository (checksums, cache, offline message), and the
 README's main job end to end on a tiny budget without ../shared."""
+
 import contextlib
 import csv
 import functools
@@ -94,7 +95,9 @@ def test_download_verifies_caches_and_rejects_a_wrong_file(tmp_path, mirror):
         assert requests == []  # served from the cache
 
         (mirror / "val.en.gz").write_bytes(gzip.compress(b"another version\n"))
-        with pytest.raises(DataError, match=r"val\.en\.gz: download failed after 3 attempts \(.*: sha256 \w+ is not the expected"):
+        with pytest.raises(
+            DataError, match=r"val\.en\.gz: download failed after 3 attempts \(.*: sha256 \w+ is not the expected"
+        ):
             multi30k.raw_files(["val.en.gz"], download_dir=tmp_path / "other", url=url, wait=0)
     assert not list((tmp_path / "other" / "multi30k").iterdir())  # nothing half-written or wrong is kept
 
@@ -103,7 +106,9 @@ def test_raw_dir_must_hold_the_official_files(tmp_path):
     (tmp_path / "train.de.gz").write_bytes(gzip.compress(b"ein Hund\n"))
     with pytest.raises(DataError, match=r"train\.de\.gz: sha256 \w+ is not the expected"):
         multi30k.raw_files(["train.de.gz"], raw_dir=tmp_path)
-    with pytest.raises(DataError, match=r"train\.en\.gz: file not found \(--raw-dir must hold train\.en\.gz, train\.de\.gz\)"):
+    with pytest.raises(
+        DataError, match=r"train\.en\.gz: file not found \(--raw-dir must hold train\.en\.gz, train\.de\.gz\)"
+    ):
         multi30k.raw_files(["train.en.gz", "train.de.gz"], raw_dir=tmp_path)
 
 
@@ -119,12 +124,24 @@ def test_main_job_offline_ends_with_one_line_naming_the_url(tmp_path, monkeypatc
     monkeypatch.setattr(fetch.time, "sleep", lambda seconds: None)
     url = closed_port_url()
     with pytest.raises(SystemExit) as exit_:
-        main_job.main(["--url", url, "--download-dir", str(tmp_path / "downloads"), "--data", str(tmp_path / "data"),
-                       "--runs", str(tmp_path / "runs")])
+        main_job.main(
+            [
+                "--url",
+                url,
+                "--download-dir",
+                str(tmp_path / "downloads"),
+                "--data",
+                str(tmp_path / "data"),
+                "--runs",
+                str(tmp_path / "runs"),
+            ]
+        )
     message = str(exit_.value.code)
     assert "\n" not in message
     assert message.startswith(f"error: {url.format(name='train.de.gz')}: download failed after 3 attempts")
-    assert f"fetch it yourself to {tmp_path / 'downloads' / 'multi30k' / 'train.de.gz'} or pass --raw-dir DIR" in message
+    assert (
+        f"fetch it yourself to {tmp_path / 'downloads' / 'multi30k' / 'train.de.gz'} or pass --raw-dir DIR" in message
+    )
     assert not (tmp_path / "data").exists() and not (tmp_path / "runs").exists()
 
 
@@ -133,16 +150,37 @@ def test_main_job_end_to_end_through_the_download_path(tmp_path, monkeypatch, mi
     monkeypatch.setattr(multi30k, "SHARED_RAW", tmp_path / "no-shared")
     runs = tmp_path / "runs"
     with file_server(mirror) as (url, requests):
-        main_job.main(["--url", url, "--download-dir", str(tmp_path / "downloads"), "--data", str(tmp_path / "data"),
-                       "--runs", str(runs), "--methods", "postln,preln", "--jobs", "2", "--minutes", "0", "--max-update", "4",
-                       "--test-lines", "20"])
+        main_job.main(
+            [
+                "--url",
+                url,
+                "--download-dir",
+                str(tmp_path / "downloads"),
+                "--data",
+                str(tmp_path / "data"),
+                "--runs",
+                str(runs),
+                "--methods",
+                "postln,preln",
+                "--jobs",
+                "2",
+                "--minutes",
+                "0",
+                "--max-update",
+                "4",
+                "--test-lines",
+                "20",
+            ]
+        )
     assert sorted(requests) == sorted(f"/{name}" for name in SPLITS)
     with open(runs / "report.csv") as f:
         rows = {row["method"]: row for row in csv.DictReader(f)}
     assert set(rows) == {"postln", "preln"}
     assert rows["postln"]["bleu_diff"] == "+0.00" and rows["postln"]["updates"] == "4"
     assert rows["preln"]["updates"] == "4" and rows["preln"]["updates_diff"] == "+0"
-    assert float(rows["preln"]["bleu_diff"]) == pytest.approx(float(rows["preln"]["bleu"]) - float(rows["postln"]["bleu"]), abs=0.011)
+    assert float(rows["preln"]["bleu_diff"]) == pytest.approx(
+        float(rows["preln"]["bleu"]) - float(rows["postln"]["bleu"]), abs=0.011
+    )
     assert "case:mixed" in rows["preln"]["signature"]  # cased SacreBLEU
     markdown = (runs / "report.md").read_text()
     assert "SacreBLEU, detokenised on 20 test sentences" in markdown and "| preln |" in markdown

@@ -1,4 +1,5 @@
 """Optimizers and LR schedules, built from command-line flags through fairseq's registries."""
+
 import io
 import math
 
@@ -47,8 +48,24 @@ def reference_radam(p, grads, lr, beta1, beta2, eps, weight_decay, decoupled, sg
 def test_radam_matches_the_paper_algorithm(tiny_data_bin, l2, sgd):
     """Default: the authors' code (no gradient step while rho_t < 5, t <= 5 here);
     --radam-sgd-while-intractable: Algorithm 2's momentum step there."""
-    flags = ["--optimizer", "radam", "--lr", "0.01", "--adam-betas", "(0.8, 0.95)", "--adam-eps", "1e-6", "--weight-decay", "0.1"]
-    cfg = config(tiny_data_bin, *flags, *(["--radam-l2-weight-decay"] if l2 else []), *(["--radam-sgd-while-intractable"] if sgd else []))
+    flags = [
+        "--optimizer",
+        "radam",
+        "--lr",
+        "0.01",
+        "--adam-betas",
+        "(0.8, 0.95)",
+        "--adam-eps",
+        "1e-6",
+        "--weight-decay",
+        "0.1",
+    ]
+    cfg = config(
+        tiny_data_bin,
+        *flags,
+        *(["--radam-l2-weight-decay"] if l2 else []),
+        *(["--radam-sgd-while-intractable"] if sgd else []),
+    )
     torch.manual_seed(0)
     p0 = torch.randn(7, dtype=torch.float64)
     grads = [torch.randn(7, dtype=torch.float64) for _ in range(25)]  # beta2 0.95: rho_t > 5 from t = 6
@@ -67,8 +84,17 @@ def test_radam_matches_the_paper_algorithm(tiny_data_bin, l2, sgd):
 def test_radam_under_fairseqs_fp16_wrapper(tiny_data_bin):
     """--fp16: fp32 master weights get RAdam's update, the fp16 model gets their copy."""
     cfg = config(
-        tiny_data_bin, "--optimizer", "radam", "--lr", "0.01", "--adam-betas", "(0.9, 0.98)",
-        "--fp16", "--fp16-no-flatten-grads", "--fp16-init-scale", "128",
+        tiny_data_bin,
+        "--optimizer",
+        "radam",
+        "--lr",
+        "0.01",
+        "--adam-betas",
+        "(0.9, 0.98)",
+        "--fp16",
+        "--fp16-no-flatten-grads",
+        "--fp16-init-scale",
+        "128",
     )
     torch.manual_seed(0)
     half = torch.nn.Linear(4, 3).half()
@@ -126,7 +152,9 @@ def run_epochs(sched, epochs, updates_per_epoch, start_update=0):
 
 
 def test_inverse_sqrt_nowarmup_values(tiny_data_bin):
-    sched, opt = schedule(tiny_data_bin, "--lr", "5e-4", "--lr-scheduler", "inverse_sqrt_nowarmup", "--decay-period", "4000")
+    sched, opt = schedule(
+        tiny_data_bin, "--lr", "5e-4", "--lr-scheduler", "inverse_sqrt_nowarmup", "--decay-period", "4000"
+    )
     assert opt.get_lr() == pytest.approx(5e-4)  # starts at the peak: no warm-up
     assert sched.step_update(4000) == pytest.approx(5e-4 / math.sqrt(2))
     assert sched.step_update(12000) == pytest.approx(5e-4 / 2)
@@ -136,7 +164,17 @@ def test_inverse_sqrt_nowarmup_values(tiny_data_bin):
 
 def test_epoch_decay_iwslt_recipe(tiny_data_bin):
     """Pre-LN IWSLT14: 5e-4 constant, x0.1 from epoch 8 on."""
-    sched, opt = schedule(tiny_data_bin, "--lr", "5e-4", "--lr-scheduler", "epoch_decay_nowarmup", "--decay-epoch", "8", "--decay-factor", "0.1")
+    sched, opt = schedule(
+        tiny_data_bin,
+        "--lr",
+        "5e-4",
+        "--lr-scheduler",
+        "epoch_decay_nowarmup",
+        "--decay-epoch",
+        "8",
+        "--decay-factor",
+        "0.1",
+    )
     assert opt.get_lr() == pytest.approx(5e-4)
     lrs = run_epochs(sched, range(1, 11), updates_per_epoch=10)
     for (epoch, _), lr in lrs.items():
@@ -145,7 +183,17 @@ def test_epoch_decay_iwslt_recipe(tiny_data_bin):
 
 def test_epoch_decay_then_inverse_sqrt(tiny_data_bin):
     """Pre-LN WMT14: decay at epoch k, then lr * factor * sqrt(t_k / t)."""
-    flags = ["--lr", "1e-3", "--lr-scheduler", "epoch_decay_nowarmup", "--decay-epoch", "3", "--decay-factor", "0.5", "--inverse-sqrt-after-decay"]
+    flags = [
+        "--lr",
+        "1e-3",
+        "--lr-scheduler",
+        "epoch_decay_nowarmup",
+        "--decay-epoch",
+        "3",
+        "--decay-factor",
+        "0.5",
+        "--inverse-sqrt-after-decay",
+    ]
     sched, _ = schedule(tiny_data_bin, *flags)
     lrs = run_epochs(sched, range(1, 9), updates_per_epoch=10)  # epoch 3 begins after t_k = 20
     assert lrs[2, 20] == pytest.approx(1e-3)
@@ -171,7 +219,17 @@ def sched_state_after(data_bin, flags, epochs, updates_per_epoch):
 
 def test_epoch_decay_resume_before_decay_epoch(tiny_data_bin):
     """A checkpoint from before the decay epoch: t_k is found after the resume."""
-    flags = ["--lr", "1e-3", "--lr-scheduler", "epoch_decay_nowarmup", "--decay-epoch", "3", "--decay-factor", "1", "--inverse-sqrt-after-decay"]
+    flags = [
+        "--lr",
+        "1e-3",
+        "--lr-scheduler",
+        "epoch_decay_nowarmup",
+        "--decay-epoch",
+        "3",
+        "--decay-factor",
+        "1",
+        "--inverse-sqrt-after-decay",
+    ]
     resumed, _ = schedule(tiny_data_bin, *flags)
     resumed.load_state_dict(sched_state_after(tiny_data_bin, flags, epochs=2, updates_per_epoch=10))
     resumed.step(2)

@@ -1,4 +1,5 @@
 """Corpus preparation: validated inputs and all-or-nothing outputs."""
+
 import pytest
 
 from fairseq_layernorm_plugins.prepare.textio import DataError, atomic_directory, read_lines, read_parallel

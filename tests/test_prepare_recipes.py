@@ -1,6 +1,7 @@
 """The IWSLT14 and WMT14 pipelines end to end on standard-shaped inputs built from real
 segments in ../shared/data: layout, sizes, resumability, and bad inputs (one-line
 error, no output directory)."""
+
 import re
 import shutil
 import tarfile
@@ -24,21 +25,51 @@ def test_iwslt14_archive_to_data_bin_that_fairseq_trains_on(iwslt_archive, tmp_p
     stamp = iwslt14.prepare(out, archive=iwslt_archive, merges=1000)
     fairseq_tmp = shared_data("iwslt14", "fairseq_iwslt14.tokenized.de-en", "tmp")
     # train.tags made of tst2010 + tst2011 (2998 segments + 2 x 5 header lines per talk)
-    n_text = sum(len(xml_to_train_tags(shared_data("iwslt14", "orig_de-en", f"IWSLT14.TED.{s}.de-en.de.xml"))) for s in ("tst2010", "tst2011"))
+    n_text = sum(
+        len(xml_to_train_tags(shared_data("iwslt14", "orig_de-en", f"IWSLT14.TED.{s}.de-en.de.xml")))
+        for s in ("tst2010", "tst2011")
+    )
     n_talks = (n_text - 1565 - 1433) // 5
     cleaned = stamp["sizes"]["train"] + stamp["sizes"]["valid"]
-    assert 0.9 * (n_text - 3 * n_talks) <= cleaned <= n_text - 3 * n_talks  # url/keywords/talkid dropped; clean-corpus drops a few
+    assert (
+        0.9 * (n_text - 3 * n_talks) <= cleaned <= n_text - 3 * n_talks
+    )  # url/keywords/talkid dropped; clean-corpus drops a few
     assert stamp["sizes"]["valid"] == cleaned // 23 and stamp["sizes"]["test"] == 6750
     assert read_lines(out / "test.tok.en") == read_lines(fairseq_tmp / "test.en")
-    raw = [line for s in iwslt14.TEST_SETS for line in xml_segments(read_lines(shared_data("iwslt14", "orig_de-en", f"{s}.de-en.de.xml")))]
+    raw = [
+        line
+        for s in iwslt14.TEST_SETS
+        for line in xml_segments(read_lines(shared_data("iwslt14", "orig_de-en", f"{s}.de-en.de.xml")))
+    ]
     assert read_lines(out / "test.raw.de") == raw
     assert read_lines(out / "code")[0].startswith("#version") and len(read_lines(out / "code")) <= 1001
     assert not (tmp_path / "iwslt14.work").exists()  # intermediate steps are removed on success
 
     log = run_cli(
-        "fairseq-train", out / "bin", "--user-dir", PLUGIN_DIR, "--arch", "transformer_preln", *TINY_MODEL,
-        "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "1000", "--max-update", "3", "--cpu",
-        "--save-dir", tmp_path / "ckpt", "--no-save", "--no-progress-bar", "--log-format", "json", "--log-interval", "1",
+        "fairseq-train",
+        out / "bin",
+        "--user-dir",
+        PLUGIN_DIR,
+        "--arch",
+        "transformer_preln",
+        *TINY_MODEL,
+        "--optimizer",
+        "adam",
+        "--lr",
+        "1e-3",
+        "--max-tokens",
+        "1000",
+        "--max-update",
+        "3",
+        "--cpu",
+        "--save-dir",
+        tmp_path / "ckpt",
+        "--no-save",
+        "--no-progress-bar",
+        "--log-format",
+        "json",
+        "--log-interval",
+        "1",
     )
     assert len(json_records(log, "train_inner")) == 3
     assert float(json_records(log, "valid")[-1]["valid_loss"]) > 0  # the valid split binarised and loads too
@@ -123,12 +154,16 @@ def test_bad_raw_input_is_one_line_error_and_no_output(damage, iwslt_archive, tm
 
 
 def test_bad_archives(iwslt_archive, tmp_path):
-    incomplete = build_iwslt14_archive(shared_data("iwslt14", "orig_de-en"), tmp_path / "incomplete.tgz", drop=["IWSLT14.TED.tst2012.de-en.en.xml"])
+    incomplete = build_iwslt14_archive(
+        shared_data("iwslt14", "orig_de-en"), tmp_path / "incomplete.tgz", drop=["IWSLT14.TED.tst2012.de-en.en.xml"]
+    )
     truncated = tmp_path / "truncated.tgz"
     truncated.write_bytes(iwslt_archive.read_bytes()[:50_000])
-    for archive, message in ((incomplete, r"incomplete\.tgz: missing de-en/IWSLT14\.TED\.tst2012\.de-en\.en\.xml"),
-                             (truncated, r"truncated\.tgz: corrupt or truncated archive"),
-                             (tmp_path / "absent.tgz", r"absent\.tgz: file not found")):
+    for archive, message in (
+        (incomplete, r"incomplete\.tgz: missing de-en/IWSLT14\.TED\.tst2012\.de-en\.en\.xml"),
+        (truncated, r"truncated\.tgz: corrupt or truncated archive"),
+        (tmp_path / "absent.tgz", r"absent\.tgz: file not found"),
+    ):
         with pytest.raises(DataError, match=message):
             iwslt14.prepare(tmp_path / "out", archive=archive)
         assert not (tmp_path / "out").exists()
@@ -140,9 +175,12 @@ def _wmt_archives(root, shared):
     newstest2013 and the real newstest2014 full sgm."""
     root.mkdir()
     news = shared / "wmt_news_other" / "de-en"
-    slices = {"training-parallel-europarl-v7.tgz": "newstest2010", "training-parallel-commoncrawl.tgz": "newstest2011",
-              "training-parallel-nc-v9.tgz": "newstest2012"}
-    for name, (url, prefix) in wmt14.ARCHIVES.items():
+    slices = {
+        "training-parallel-europarl-v7.tgz": "newstest2010",
+        "training-parallel-commoncrawl.tgz": "newstest2011",
+        "training-parallel-nc-v9.tgz": "newstest2012",
+    }
+    for name, (_url, prefix) in wmt14.ARCHIVES.items():
         with tarfile.open(root / name, "w:gz") as tar:
             for lang in ("en", "de"):
                 tmp = root / f"{slices[name]}.{lang}"
@@ -162,12 +200,16 @@ def test_wmt14_from_archives_valid_is_newstest2013_test_is_newstest2014(segmenta
     shared = shared_data()
     archives = _wmt_archives(tmp_path / "archives", shared)
     out = tmp_path / "wmt14"
-    stamp = wmt14.prepare(out, archive_dir=archives, merges=1000, sentencepiece=2000 if segmentation == "sentencepiece" else None)
+    stamp = wmt14.prepare(
+        out, archive_dir=archives, merges=1000, sentencepiece=2000 if segmentation == "sentencepiece" else None
+    )
     assert stamp["sizes"]["valid"] == 3000 and stamp["sizes"]["test"] == 3003
     assert 0.8 * 1800 < stamp["sizes"]["train"] <= 1800  # clean-corpus (1..250, ratio 1.5) drops a few
     assert read_lines(out / "valid.raw.de") == read_lines(shared / "wmt14" / "plain" / "newstest2013.de")
     assert read_lines(out / "test.raw.de") == read_lines(shared / "wmt14" / "plain" / "newstest2014.de")
-    assert read_lines(out / "test.raw.en") == xml_segments(read_lines(shared / "wmt14" / "test-full" / "newstest2014-deen-src.en.sgm"))
+    assert read_lines(out / "test.raw.en") == xml_segments(
+        read_lines(shared / "wmt14" / "test-full" / "newstest2014-deen-src.en.sgm")
+    )
     assert (out / "bin" / "dict.en.txt").read_text() == (out / "bin" / "dict.de.txt").read_text()  # joined dictionary
     first_test = read_lines(out / "test.en")[0]
     # Moses-tokenised references for tokenised BLEU, whatever the segmentation

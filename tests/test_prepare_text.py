@@ -1,5 +1,6 @@
 """The text steps of the recipes, line by line (Moses, clean-corpus, BPE, subsampling),
 and fetching archives (download code run against local files)."""
+
 import io
 import tarfile
 
@@ -9,7 +10,13 @@ from conftest import shared_data
 from fairseq_layernorm_plugins.prepare.dataset import subsample
 from fairseq_layernorm_plugins.prepare.fetch import download, extract
 from fairseq_layernorm_plugins.prepare.iwslt14 import build_test_split
-from fairseq_layernorm_plugins.prepare.moses import CleanCorpus, NormalizePunctuation, Tokenize, strip_train_tags, xml_segments
+from fairseq_layernorm_plugins.prepare.moses import (
+    CleanCorpus,
+    NormalizePunctuation,
+    Tokenize,
+    strip_train_tags,
+    xml_segments,
+)
 from fairseq_layernorm_plugins.prepare.parallel import Compose, map_lines
 from fairseq_layernorm_plugins.prepare.subwords import ApplyBPE
 from fairseq_layernorm_plugins.prepare.textio import DataError, read_lines
@@ -81,7 +88,13 @@ def test_map_lines_keeps_order_and_drops_with_none():
     lines = [f"line {i}" for i in range(5003)]
     assert map_lines(str.upper, lines, workers=2, chunk_size=1000) == [line.upper() for line in lines]
     keep_even = Compose(lambda s: s if int(s.split()[1]) % 2 == 0 else None, str.upper)
-    assert [x for x in map_lines(keep_even, lines[:10], workers=1) if x] == ["LINE 0", "LINE 2", "LINE 4", "LINE 6", "LINE 8"]
+    assert [x for x in map_lines(keep_even, lines[:10], workers=1) if x] == [
+        "LINE 0",
+        "LINE 2",
+        "LINE 4",
+        "LINE 6",
+        "LINE 8",
+    ]
 
 
 def test_subsample_is_deterministic_and_keeps_corpus_order():

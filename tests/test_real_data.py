@@ -1,7 +1,8 @@
 """End to end on real IWSLT14 data from ../shared/data (skipped when it is absent)."""
+
 import sacrebleu
-from subword_nmt.apply_bpe import BPE
 from conftest import PLUGIN_DIR, json_records, run_cli, shared_data
+from subword_nmt.apply_bpe import BPE
 
 from fairseq_layernorm_plugins.prepare.iwslt14_mini import prepare
 from fairseq_layernorm_plugins.prepare.subwords import remove_bpe
@@ -26,22 +27,72 @@ def test_iwslt14_mini_train_generate_bleu(tmp_path):
 
     save = tmp_path / "ckpt"
     log = run_cli(
-        "fairseq-train", tmp_path / "mini" / "bin", "--user-dir", PLUGIN_DIR,
-        "--arch", "transformer_preln_iwslt_de_en", "--share-decoder-input-output-embed",
-        "--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "64", "--decoder-embed-dim", "64",
-        "--encoder-ffn-embed-dim", "128", "--decoder-ffn-embed-dim", "128",
-        "--optimizer", "radam", "--adam-betas", "(0.9, 0.98)", "--lr", "3e-3",
-        "--lr-scheduler", "epoch_decay_nowarmup", "--criterion", "label_smoothed_cross_entropy",
-        "--label-smoothing", "0.1", "--max-tokens", "2048", "--max-update", "30", "--cpu", "--seed", "1",
-        "--save-dir", save, "--no-epoch-checkpoints", "--log-format", "json", "--log-interval", "5",
-        "--no-progress-bar", "--disable-validation",
+        "fairseq-train",
+        tmp_path / "mini" / "bin",
+        "--user-dir",
+        PLUGIN_DIR,
+        "--arch",
+        "transformer_preln_iwslt_de_en",
+        "--share-decoder-input-output-embed",
+        "--encoder-layers",
+        "1",
+        "--decoder-layers",
+        "1",
+        "--encoder-embed-dim",
+        "64",
+        "--decoder-embed-dim",
+        "64",
+        "--encoder-ffn-embed-dim",
+        "128",
+        "--decoder-ffn-embed-dim",
+        "128",
+        "--optimizer",
+        "radam",
+        "--adam-betas",
+        "(0.9, 0.98)",
+        "--lr",
+        "3e-3",
+        "--lr-scheduler",
+        "epoch_decay_nowarmup",
+        "--criterion",
+        "label_smoothed_cross_entropy",
+        "--label-smoothing",
+        "0.1",
+        "--max-tokens",
+        "2048",
+        "--max-update",
+        "30",
+        "--cpu",
+        "--seed",
+        "1",
+        "--save-dir",
+        save,
+        "--no-epoch-checkpoints",
+        "--log-format",
+        "json",
+        "--log-interval",
+        "5",
+        "--no-progress-bar",
+        "--disable-validation",
     )
     losses = [float(r["loss"]) for r in json_records(log, "train_inner")]
     assert losses[-1] < losses[0] - 1.0, losses
 
     out = run_cli(
-        "fairseq-generate", tmp_path / "mini" / "bin", "--user-dir", PLUGIN_DIR, "--path", save / "checkpoint_last.pt",
-        "--gen-subset", "test", "--beam", "2", "--max-tokens", "4000", "--remove-bpe", "--cpu",
+        "fairseq-generate",
+        tmp_path / "mini" / "bin",
+        "--user-dir",
+        PLUGIN_DIR,
+        "--path",
+        save / "checkpoint_last.pt",
+        "--gen-subset",
+        "test",
+        "--beam",
+        "2",
+        "--max-tokens",
+        "4000",
+        "--remove-bpe",
+        "--cpu",
     )
     hyps = {int(line.split("\t")[0][2:]): line.split("\t")[2] for line in out.splitlines() if line.startswith("H-")}
     assert sorted(hyps) == list(range(100))

@@ -1,5 +1,6 @@
 """Recipes (configs/) and the launcher: every recipe is a valid fairseq command line,
 the batch split keeps tokens per update, the printed command is the config."""
+
 import pytest
 from conftest import parse
 
@@ -41,7 +42,9 @@ def test_update_freq_keeps_admin_wmt14_tokens_per_update(gpus, expected):
     assert launch.plan() == expected
     max_tokens, update_freq = expected
     argv = launch.fairseq_args()
-    assert argv[argv.index("--max-tokens") + 1] == str(max_tokens) and argv[argv.index("--update-freq") + 1] == str(update_freq)
+    assert argv[argv.index("--max-tokens") + 1] == str(max_tokens) and argv[argv.index("--update-freq") + 1] == str(
+        update_freq
+    )
     assert argv.count("--max-tokens") == 1 and argv.count("--update-freq") == 1
 
 
@@ -58,21 +61,38 @@ def test_cpu_launch_is_fp32_and_gloo():
     command = launch.command()
     assert command[1:4] == ["-m", "torch.distributed.run", "--nproc_per_node"] and command[4] == "2"
     assert "--fp16" not in command and "--cpu" in command
-    assert command[command.index("--distributed-backend") + 1] == "gloo" and command[command.index("--ddp-backend") + 1] == "legacy_ddp"
+    assert (
+        command[command.index("--distributed-backend") + 1] == "gloo"
+        and command[command.index("--ddp-backend") + 1] == "legacy_ddp"
+    )
 
 
 def test_merge_rules():
-    base = {"fairseq": {"model": {"_name": "a", "dropout": 0.3}, "lr_scheduler": {"_name": "inverse_sqrt", "warmup_updates": 4000}},
-            "depths": {"6L-6L": {}, "12L-12L": {}}}
-    child = {"fairseq": {"model": {"_name": "b"}, "lr_scheduler": {"_name": "inverse_sqrt_nowarmup", "decay_period": 4000}},
-             "depths": {"2L-2L": {}}}
+    base = {
+        "fairseq": {
+            "model": {"_name": "a", "dropout": 0.3},
+            "lr_scheduler": {"_name": "inverse_sqrt", "warmup_updates": 4000},
+        },
+        "depths": {"6L-6L": {}, "12L-12L": {}},
+    }
+    child = {
+        "fairseq": {"model": {"_name": "b"}, "lr_scheduler": {"_name": "inverse_sqrt_nowarmup", "decay_period": 4000}},
+        "depths": {"2L-2L": {}},
+    }
     merged = merge(base, child)
     assert merged["fairseq"]["model"] == {"_name": "b", "dropout": 0.3}  # the arch changes, its options stay
-    assert merged["fairseq"]["lr_scheduler"] == {"_name": "inverse_sqrt_nowarmup", "decay_period": 4000}  # a new component
+    assert merged["fairseq"]["lr_scheduler"] == {
+        "_name": "inverse_sqrt_nowarmup",
+        "decay_period": 4000,
+    }  # a new component
     assert merged["depths"] == {"2L-2L": {}}
-    assert fairseq_flags({"task": {"_name": "translation", "data": "bin"}, "optimization": {"lr": [0.001], "update_freq": [2]},
-                          "checkpoint": {"no_epoch_checkpoints": True, "keep_last_epochs": None, "no_save": False}}) == [
-        "bin", "--task", "translation", "--lr", "0.001", "--update-freq", "2", "--no-epoch-checkpoints"]
+    assert fairseq_flags(
+        {
+            "task": {"_name": "translation", "data": "bin"},
+            "optimization": {"lr": [0.001], "update_freq": [2]},
+            "checkpoint": {"no_epoch_checkpoints": True, "keep_last_epochs": None, "no_save": False},
+        }
+    ) == ["bin", "--task", "translation", "--lr", "0.001", "--update-freq", "2", "--no-epoch-checkpoints"]
 
 
 def test_bad_recipes_name_the_file(tmp_path):
@@ -94,9 +114,16 @@ def test_admin_authors_released_commands(tiny_data_bin):
     """iwslt14/admin_scripts and wmt14/admin_scripts are Transformer-Clinic's released commands."""
     for method in ("postln", "preln", "admin"):
         args = _args(f"iwslt14/admin_scripts/{method}", None, tiny_data_bin, gpus=1)
-        assert args.share_all_embeddings and args.optimizer == "radam" and args.lr == [7e-4] and args.max_update == 100000
+        assert (
+            args.share_all_embeddings and args.optimizer == "radam" and args.lr == [7e-4] and args.max_update == 100000
+        )
         assert (args.lr_scheduler, args.warmup_updates, args.warmup_init_lr) == ("inverse_sqrt", 6000, 1e-7)
-        assert (args.dropout, args.attention_dropout, args.activation_dropout, args.weight_decay) == (0.3, 0.1, 0.1, 1e-4)
+        assert (args.dropout, args.attention_dropout, args.activation_dropout, args.weight_decay) == (
+            0.3,
+            0.1,
+            0.1,
+            1e-4,
+        )
         assert args.fp16 and (args.fp16_scale_window, args.threshold_loss_scale) == (256, 0.03125)
         assert args.encoder_normalize_before == (method == "preln")  # the same schedule for all three
     for method in ("postln", "preln", "admin"):

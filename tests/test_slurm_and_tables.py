@@ -1,12 +1,13 @@
 """A grid through submitit's local executor to results and a table; sbatch dry-run
 scripts; the table layout and the curve plot."""
+
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
-import shutil
 
 import pytest
 
@@ -48,8 +49,16 @@ def tiny_setup(tiny_data_bin, tmp_path):
 
 def test_grid_of_two_jobs_through_submitit_local_to_results_and_table(tiny_setup, tmp_path):
     configs, data = tiny_setup
-    runs = grid(["tiny/preln", "tiny/postln"], None, [1], data=str(data), runs=str(tmp_path / "runs"), gpus=0, cpu_workers=1,
-                config_dir=str(configs))
+    runs = grid(
+        ["tiny/preln", "tiny/postln"],
+        None,
+        [1],
+        data=str(data),
+        runs=str(tmp_path / "runs"),
+        gpus=0,
+        cpu_workers=1,
+        config_dir=str(configs),
+    )
     jobs = submit(runs, tmp_path / "submitit", cluster="local", timeout_min=10)
     results = [job.result() for job in jobs]
     assert [r["recipe"] for r in results] == ["tiny/preln", "tiny/postln"]
@@ -63,7 +72,9 @@ def test_grid_of_two_jobs_through_submitit_local_to_results_and_table(tiny_setup
     assert f"| preln | {ours['preln']:.2f} (1) | 12.50 | {ours['preln'] - 12.5:+.2f} |" in markdown
     assert f"| postln | {ours['postln']:.2f} (1) | failed |  |" in markdown
     assert "paper: a made-up paper; tokenized BLEU" in markdown
-    assert (tmp_path / "report" / "tiny.csv").read_text().splitlines()[0] == "method,depth,ours_mean,ours_std,seeds,paper,diff"
+    assert (tmp_path / "report" / "tiny.csv").read_text().splitlines()[
+        0
+    ] == "method,depth,ours_mean,ours_std,seeds,paper,diff"
     png = tmp_path / "report" / "tiny.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
     curves = read_log_curves(runs[0].run_dir() / "train.log")
@@ -72,17 +83,42 @@ def test_grid_of_two_jobs_through_submitit_local_to_results_and_table(tiny_setup
 
 
 def test_sbatch_dry_run_names_resources_and_command(tmp_path):
-    runs = grid(["wmt14/admin/admin"], ["18L-18L"], [1, 2], data="/data/wmt14.en-de", runs=str(tmp_path / "runs"), gpus=4, nodes=2)
+    runs = grid(
+        ["wmt14/admin/admin"],
+        ["18L-18L"],
+        [1, 2],
+        data="/data/wmt14.en-de",
+        runs=str(tmp_path / "runs"),
+        gpus=4,
+        nodes=2,
+    )
     paths = [write_sbatch(run, tmp_path / "sbatch", timeout_min=2880, partition="gpu") for run in runs]
     assert [p.name for p in paths] == ["wmt14.admin.admin-18L-18L-s1.sbatch", "wmt14.admin.admin-18L-18L-s2.sbatch"]
     script = paths[1].read_text()
-    for line in ("#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=4", "#SBATCH --gpus-per-node=4", "#SBATCH --time=48:00:00",
-                 "#SBATCH --partition=gpu", "#SBATCH --requeue", "#SBATCH --signal=B:USR1@120"):
+    for line in (
+        "#SBATCH --nodes=2",
+        "#SBATCH --ntasks-per-node=4",
+        "#SBATCH --gpus-per-node=4",
+        "#SBATCH --time=48:00:00",
+        "#SBATCH --partition=gpu",
+        "#SBATCH --requeue",
+        "#SBATCH --signal=B:USR1@120",
+    ):
         assert line in script.splitlines()
     command = next(line for line in script.splitlines() if line.startswith("srun --label "))
-    for flags in ("--arch transformer_admin_wmt_en_de", "--encoder-layers 18 --decoder-layers 18", "--optimizer radam",
-                  "--max-tokens 4098", "--update-freq 1", "--fp16", "--seed 2", "--distributed-world-size 8", "--distributed-port 29500",
-                  "/data/wmt14.en-de", str(tmp_path / "runs" / "wmt14" / "admin" / "admin" / "18L-18L.seed2" / "checkpoints")):
+    for flags in (
+        "--arch transformer_admin_wmt_en_de",
+        "--encoder-layers 18 --decoder-layers 18",
+        "--optimizer radam",
+        "--max-tokens 4098",
+        "--update-freq 1",
+        "--fp16",
+        "--seed 2",
+        "--distributed-world-size 8",
+        "--distributed-port 29500",
+        "/data/wmt14.en-de",
+        str(tmp_path / "runs" / "wmt14" / "admin" / "admin" / "18L-18L.seed2" / "checkpoints"),
+    ):
         assert flags in command, flags
     assert "evaluate.py" in script.splitlines()[-1]
 
@@ -105,8 +141,14 @@ def run_sbatch(tmp_path, srun_exit=None, send_usr1=False):
         (stubs / name).write_text("#!/bin/bash\n" + body + "\n")
         (stubs / name).chmod(0o755)
     calls = tmp_path / "calls"
-    env = {**os.environ, "PATH": f"{stubs}:{os.environ['PATH']}", "CALLS": str(calls), "STUB_DIR": str(stubs),
-           "SLURM_JOB_ID": "4242", **({"SRUN_EXIT": str(srun_exit)} if srun_exit is not None else {})}
+    env = {
+        **os.environ,
+        "PATH": f"{stubs}:{os.environ['PATH']}",
+        "CALLS": str(calls),
+        "STUB_DIR": str(stubs),
+        "SLURM_JOB_ID": "4242",
+        **({"SRUN_EXIT": str(srun_exit)} if srun_exit is not None else {}),
+    }
     proc = subprocess.Popen(["bash", str(script)], env=env)
     try:
         if send_usr1:
@@ -139,17 +181,33 @@ def test_sbatch_evaluates_only_after_training_ends_by_itself(tmp_path, srun_exit
 
 def test_table_layout_mean_std_and_difference():
     def result(recipe, depth, score, seed_offset=0.0):
-        return {"recipe": recipe, "depth": depth, "headline": "sacrebleu",
-                "bleu": {"compound_split": {"score": score + seed_offset, "label": "tokenized BLEU, compound-split"},
-                         "sacrebleu": {"score": 0.0, "label": "SacreBLEU"}},
-                "paper": {"compare": "compound_split", "source": "Admin Table 1", "metric": "BLEU",
-                          "bleu": {"6L-6L": 27.80, "18L-18L": "failed"}}}
+        return {
+            "recipe": recipe,
+            "depth": depth,
+            "headline": "sacrebleu",
+            "bleu": {
+                "compound_split": {"score": score + seed_offset, "label": "tokenized BLEU, compound-split"},
+                "sacrebleu": {"score": 0.0, "label": "SacreBLEU"},
+            },
+            "paper": {
+                "compare": "compound_split",
+                "source": "Admin Table 1",
+                "metric": "BLEU",
+                "bleu": {"6L-6L": 27.80, "18L-18L": "failed"},
+            },
+        }
 
-    results = [result("wmt14/admin/postln", "6L-6L", 27.0), result("wmt14/admin/postln", "6L-6L", 27.0, 1.0),
-               result("wmt14/admin/postln", "18L-18L", 0.3), result("iwslt14/postln", "6L-6L", 35.0)]
+    results = [
+        result("wmt14/admin/postln", "6L-6L", 27.0),
+        result("wmt14/admin/postln", "6L-6L", 27.0, 1.0),
+        result("wmt14/admin/postln", "18L-18L", 0.3),
+        result("iwslt14/postln", "6L-6L", 35.0),
+    ]
     rows = table_rows(results, "wmt14/admin")
     markdown, table_csv = render(rows, "wmt14/admin")
-    assert "| method | 6L-6L ours | 6L-6L paper | 6L-6L diff | 18L-18L ours | 18L-18L paper | 18L-18L diff |" in markdown
+    assert (
+        "| method | 6L-6L ours | 6L-6L paper | 6L-6L diff | 18L-18L ours | 18L-18L paper | 18L-18L diff |" in markdown
+    )
     assert "| postln | 27.50 +- 0.71 (2) | 27.80 | -0.30 | 0.30 (1) | failed |  |" in markdown
     assert "postln,6L-6L,27.50,0.71,2,27.80,-0.30" in table_csv and "iwslt" not in table_csv
 
@@ -157,10 +215,16 @@ def test_table_layout_mean_std_and_difference():
 def test_log_curves_place_a_validation_between_logged_updates(tmp_path):
     """A validation at an update that no train_inner line logged (the end of a
     time-budgeted run) lands at its extrapolated epoch, not at the next epoch."""
-    inner = '2026 | INFO | train_inner | {{"epoch": 3, "update": {e}, "loss": "5.0", "num_updates": "{u}", "wall": "{w}"}}'
+    inner = (
+        '2026 | INFO | train_inner | {{"epoch": 3, "update": {e}, "loss": "5.0", "num_updates": "{u}", "wall": "{w}"}}'
+    )
     lines = [inner.format(e=2.0 + u / 250, u=500 + u, w=100 + u) for u in (25, 50, 75, 100)]
-    lines.append('2026 | INFO | valid | {"epoch": 3, "valid_loss": "4.9", "valid_nll_loss": "3.5", "valid_num_updates": "610"}')
-    lines.append('2026 | INFO | train | {"epoch": 3, "train_loss": "4.9", "train_num_updates": "610", "train_wall": "212"}')
+    lines.append(
+        '2026 | INFO | valid | {"epoch": 3, "valid_loss": "4.9", "valid_nll_loss": "3.5", "valid_num_updates": "610"}'
+    )
+    lines.append(
+        '2026 | INFO | train | {"epoch": 3, "train_loss": "4.9", "train_num_updates": "610", "train_wall": "212"}'
+    )
     (tmp_path / "train.log").write_text("\n".join(lines) + "\n")
     curves = read_log_curves(tmp_path / "train.log")
     assert curves["valid"][0]["epoch"] == pytest.approx(2.0 + 110 / 250)  # 250 updates per epoch, as logged
@@ -186,8 +250,14 @@ def test_tasks_of_one_job_leave_one_record_and_a_log_each(tmp_path):
     entry.write_text('#!/bin/bash\necho "rank $SLURM_PROCID | train_inner | done"\n')
     entry.chmod(0o755)
     runs = tmp_path / "runs"
-    procs = [subprocess.Popen([sys.executable, "-c", RANK_WORKER, "/data/iwslt14", str(runs), str(entry)],
-                              env={**os.environ, "SLURM_PROCID": str(rank)}, stdout=subprocess.DEVNULL) for rank in (0, 1)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", RANK_WORKER, "/data/iwslt14", str(runs), str(entry)],
+            env={**os.environ, "SLURM_PROCID": str(rank)},
+            stdout=subprocess.DEVNULL,
+        )
+        for rank in (0, 1)
+    ]
     assert [p.wait(timeout=120) for p in procs] == [0, 0]
     run = grid(["iwslt14/admin"], None, [1], data="/data/iwslt14", runs=str(runs), gpus=2)[0]
     run_dir, launch = run.run_dir(), run.launch()

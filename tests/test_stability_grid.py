@@ -1,5 +1,6 @@
 """scripts/stability_grid.py end to end on a tiny budget: one real IWSLT14-mini cell, the
 report files, resuming, refusing a different budget, and the stall threshold's formula."""
+
 import json
 import math
 import subprocess
@@ -21,10 +22,33 @@ def test_unigram_bits_is_entropy_of_target_tokens_with_end_of_sentence(tmp_path)
 
 
 def grid(tmp_path, *extra):
-    cmd = [sys.executable, str(REPO / "scripts" / "stability_grid.py"), "--iwslt-dir", str(shared_data("iwslt14")),
-           "--data", str(tmp_path / "data"), "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "grid"),
-           "--methods", "preln", "--depths", "1L-1L", "--lrs", "0.001", "--warmups", "0", "--width", "16",
-           "--max-tokens", "512", "--test-lines", "5", *extra]
+    cmd = [
+        sys.executable,
+        str(REPO / "scripts" / "stability_grid.py"),
+        "--iwslt-dir",
+        str(shared_data("iwslt14")),
+        "--data",
+        str(tmp_path / "data"),
+        "--runs",
+        str(tmp_path / "runs"),
+        "--out",
+        str(tmp_path / "grid"),
+        "--methods",
+        "preln",
+        "--depths",
+        "1L-1L",
+        "--lrs",
+        "0.001",
+        "--warmups",
+        "0",
+        "--width",
+        "16",
+        "--max-tokens",
+        "512",
+        "--test-lines",
+        "5",
+        *extra,
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=REPO)
 
 
@@ -36,7 +60,9 @@ def test_one_cell_end_to_end_resumes_and_refuses_another_budget(tmp_path):
     (cell,) = report["cells"]
     assert (cell["method"], cell["depth"], cell["lr"], cell["warmup"]) == ("preln", "1L-1L", 0.001, 0)
     assert math.isfinite(cell["valid_nll"]) and cell["status"] in ("trained", "stalled")
-    assert cell["status"] == ("stalled" if cell["valid_nll"] >= stability_grid.unigram_bits(tmp_path / "data") else "trained")
+    assert cell["status"] == (
+        "stalled" if cell["valid_nll"] >= stability_grid.unigram_bits(tmp_path / "data") else "trained"
+    )
     markdown = (tmp_path / "grid.md").read_text()
     assert "python scripts/stability_grid.py --iwslt-dir" in markdown
     assert "| method | 1L-1L lr 0.001 no warm-up |" in markdown

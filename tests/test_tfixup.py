@@ -1,4 +1,5 @@
 """T-Fixup (Huang et al. 2020): no LayerNorm anywhere, and the initialisation's scales."""
+
 import math
 
 import pytest
@@ -14,9 +15,22 @@ from fairseq_layernorm_plugins.prepare.toy import write_reversal_task
 
 D, FFN, N_E, N_D = 64, 128, 2, 6  # distinct depths, so encoder and decoder factors differ
 DIMS = [
-    "--encoder-embed-dim", D, "--decoder-embed-dim", D, "--encoder-ffn-embed-dim", FFN,
-    "--decoder-ffn-embed-dim", FFN, "--encoder-layers", N_E, "--decoder-layers", N_D,
-    "--encoder-attention-heads", 4, "--decoder-attention-heads", 4,
+    "--encoder-embed-dim",
+    D,
+    "--decoder-embed-dim",
+    D,
+    "--encoder-ffn-embed-dim",
+    FFN,
+    "--decoder-ffn-embed-dim",
+    FFN,
+    "--encoder-layers",
+    N_E,
+    "--decoder-layers",
+    N_D,
+    "--encoder-attention-heads",
+    4,
+    "--decoder-attention-heads",
+    4,
 ]
 
 
@@ -50,12 +64,12 @@ def test_no_layer_norm_anywhere(model):
 def test_scaled_matrices_std(model, stack, scale):
     """Measured std of each scaled matrix kind = Xavier std from fan-in/out x factor."""
     layers = getattr(model, stack).layers
-    attns = [l.self_attn for l in layers] + ([l.encoder_attn for l in layers] if stack == "decoder" else [])
+    attns = [lay.self_attn for lay in layers] + ([lay.encoder_attn for lay in layers] if stack == "decoder" else [])
     for kind, weights, fans in [
         ("v_proj", [a.v_proj.weight for a in attns], (D, D)),
         ("out_proj", [a.out_proj.weight for a in attns], (D, D)),
-        ("fc1", [l.fc1.weight for l in layers], (D, FFN)),
-        ("fc2", [l.fc2.weight for l in layers], (FFN, D)),
+        ("fc1", [lay.fc1.weight for lay in layers], (D, FFN)),
+        ("fc2", [lay.fc2.weight for lay in layers], (FFN, D)),
     ]:
         assert pooled_std(weights) == pytest.approx(xavier_std(*fans) * scale, rel=0.03), kind
     for layer in layers:
@@ -66,7 +80,7 @@ def test_scaled_matrices_std(model, stack, scale):
 def test_query_key_untouched(model, stack):
     """q/k keep fairseq's Xavier-uniform with gain 1/sqrt(2)."""
     layers = getattr(model, stack).layers
-    attns = [l.self_attn for l in layers] + ([l.encoder_attn for l in layers] if stack == "decoder" else [])
+    attns = [lay.self_attn for lay in layers] + ([lay.encoder_attn for lay in layers] if stack == "decoder" else [])
     for kind in ("q_proj", "k_proj"):
         std = pooled_std([getattr(a, kind).weight for a in attns])
         assert std == pytest.approx(xavier_std(D, D, gain=2**-0.5), rel=0.03), kind
@@ -86,8 +100,20 @@ def joined_bin(tmp_path_factory):
     root = tmp_path_factory.mktemp("joined")
     write_reversal_task(root)
     run_cli(
-        "fairseq-preprocess", "--source-lang", "src", "--target-lang", "tgt", "--joined-dictionary",
-        "--trainpref", root / "train", "--validpref", root / "valid", "--destdir", root / "bin", "--workers", "1",
+        "fairseq-preprocess",
+        "--source-lang",
+        "src",
+        "--target-lang",
+        "tgt",
+        "--joined-dictionary",
+        "--trainpref",
+        root / "train",
+        "--validpref",
+        root / "valid",
+        "--destdir",
+        root / "bin",
+        "--workers",
+        "1",
     )
     return root / "bin"
 

@@ -1,6 +1,7 @@
 """TorchScript: every registered arch scripts (as fairseq's own transformer does, fairseq's
 tests/test_export.py), gives the eager model's outputs, survives ``torch.jit.save`` /
 ``load``, and a scripted beam search translates as the eager one."""
+
 import io
 
 import pytest

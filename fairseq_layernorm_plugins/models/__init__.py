@@ -1,4 +1,5 @@
 """Registered models: one module per method over :mod:`.base`."""
+
 from fairseq_layernorm_plugins.models import (  # noqa: F401
     transformer_admin,
     transformer_b2t,

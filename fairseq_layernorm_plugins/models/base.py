@@ -5,6 +5,7 @@ A method module subclasses fairseq's layers (overriding their hooks), subclasses
 ``decoder_layer_cls``, and calls
 :func:`register_arch_family` once to register its architecture and size variants.
 """
+
 import argparse
 import copy
 
@@ -35,10 +36,13 @@ class PluginTransformerModel(TransformerModel):
     @staticmethod
     def add_args(parser):
         TransformerModel.add_args(parser)
-        parser.add_argument("--init-style", choices=INIT_STYLES,
-                            help="paper: fairseq 0.8/0.9's initialisation, which every paper's numbers come from (fc1/fc2 "
-                                 "Xavier-uniform with zero bias, attention q/k/v biases zero); fairseq: fairseq 0.12's, as its "
-                                 "stock transformer (nn.Linear defaults). Default: paper")
+        parser.add_argument(
+            "--init-style",
+            choices=INIT_STYLES,
+            help="paper: fairseq 0.8/0.9's initialisation, which every paper's numbers come from (fc1/fc2 "
+            "Xavier-uniform with zero bias, attention q/k/v biases zero); fairseq: fairseq 0.12's, as its "
+            "stock transformer (nn.Linear defaults). Default: paper",
+        )
 
     @classmethod
     def build_model(cls, args, task):

@@ -24,12 +24,13 @@ Post-LN with a per-sub-layer vector omega on the residual (Sec. 4.3, Eq. 5):
   n = number of residual sub-layers of the stack (2 N_e or 3 N_d).
 * ``none``: omega = 1 (plain Post-LN with the omega parameters, for ablations).
 """
+
 import math
 
 import torch
 import torch.nn as nn
-from torch import Tensor
 from fairseq.models import register_model
+from torch import Tensor
 
 from fairseq_layernorm_plugins.models.base import POST_LN_ONLY, PluginTransformerModel, register_arch_family
 from fairseq_layernorm_plugins.modules import SublayerDecoderLayer, SublayerEncoderLayer, stack_layers
@@ -39,7 +40,11 @@ ADMIN_INITS = ("profile", "closed-logn", "closed-n", "closed-1", "none")
 
 def admin_closed_form_omega(num_sublayers, scale):
     """sqrt(v): v = (n+1)/ln(n+1) - 1 for O(log n), 1 for O(n), n for O(1) (admin-torch)."""
-    v = {"closed-logn": (num_sublayers + 1) / math.log(num_sublayers + 1) - 1, "closed-n": 1.0, "closed-1": num_sublayers}
+    v = {
+        "closed-logn": (num_sublayers + 1) / math.log(num_sublayers + 1) - 1,
+        "closed-n": 1.0,
+        "closed-1": num_sublayers,
+    }
     return math.sqrt(v[scale])
 
 
@@ -121,13 +126,22 @@ class TransformerAdminModel(PluginTransformerModel):
     @staticmethod
     def add_args(parser):
         PluginTransformerModel.add_args(parser)
-        parser.add_argument("--admin-init", choices=ADMIN_INITS,
-                            help="omega initialisation: profile (the paper), closed-logn/-n/-1 (admin-torch), none (omega = 1)")
-        parser.add_argument("--admin-profile-batches", type=int,
-                            help="training batches to profile, variances averaged (the paper: 1)")
-        parser.add_argument("--admin-profile-mask-padding", action="store_true",
-                            help="exclude padding positions from the profiled variances (the authors' code includes them)")
-        parser.add_argument("--admin-profile-json", help="also write the profiled variances and omega to this JSON file")
+        parser.add_argument(
+            "--admin-init",
+            choices=ADMIN_INITS,
+            help="omega initialisation: profile (the paper), closed-logn/-n/-1 (admin-torch), none (omega = 1)",
+        )
+        parser.add_argument(
+            "--admin-profile-batches", type=int, help="training batches to profile, variances averaged (the paper: 1)"
+        )
+        parser.add_argument(
+            "--admin-profile-mask-padding",
+            action="store_true",
+            help="exclude padding positions from the profiled variances (the authors' code includes them)",
+        )
+        parser.add_argument(
+            "--admin-profile-json", help="also write the profiled variances and omega to this JSON file"
+        )
 
     @classmethod
     def build_model(cls, args, task):

@@ -16,9 +16,10 @@ Options:
   multiplies every non-LayerNorm weight matrix of a stack's layers by N^-0.5 (N the
   stack's layer count; embeddings untouched). Off by default.
 """
+
 import torch
-from torch import Tensor
 from fairseq.models import register_model
+from torch import Tensor
 
 from fairseq_layernorm_plugins.models.base import POST_LN_ONLY, PluginTransformerModel, register_arch_family
 from fairseq_layernorm_plugins.modules import SublayerDecoderLayer, SublayerEncoderLayer, remove_layer_norms
@@ -89,10 +90,16 @@ class TransformerB2TModel(PluginTransformerModel):
     @staticmethod
     def add_args(parser):
         PluginTransformerModel.add_args(parser)
-        parser.add_argument("--b2t-no-layer-norm", action="store_true",
-                            help="remove every LayerNorm and use alpha*x + beta*(h + FFN(h)) (Takase et al. 2023, App. D)")
-        parser.add_argument("--b2t-weight-rescale", action="store_true",
-                            help="multiply every weight matrix of a stack's layers by N^-0.5 (authors' later code; not in the paper)")
+        parser.add_argument(
+            "--b2t-no-layer-norm",
+            action="store_true",
+            help="remove every LayerNorm and use alpha*x + beta*(h + FFN(h)) (Takase et al. 2023, App. D)",
+        )
+        parser.add_argument(
+            "--b2t-weight-rescale",
+            action="store_true",
+            help="multiply every weight matrix of a stack's layers by N^-0.5 (authors' later code; not in the paper)",
+        )
 
 
 def b2t_defaults(args):

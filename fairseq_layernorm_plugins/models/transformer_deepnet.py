@@ -9,6 +9,7 @@ encoder-decoder constants, with N encoder and M decoder layers (paper Table 1):
 
 It is the method the B2T paper compares against.
 """
+
 import torch
 from fairseq.models import register_model
 

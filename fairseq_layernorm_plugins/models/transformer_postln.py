@@ -7,6 +7,7 @@ initialisation the papers' baselines were trained with (``--init-style paper``: 
 a comparison starts from the same initialisation. ``--init-style fairseq`` builds the
 same model as stock ``transformer``, parameter for parameter.
 """
+
 from fairseq.models import register_model
 
 from fairseq_layernorm_plugins.models.base import POST_LN_ONLY, PluginTransformerModel, register_arch_family

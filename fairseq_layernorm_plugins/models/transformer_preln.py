@@ -7,6 +7,7 @@ fairseq implements this placement behind ``--encoder-normalize-before`` /
 method is a set of architecture defaults. Train it without warm-up, e.g. with
 ``--lr-scheduler epoch_decay_nowarmup`` (the paper's schedule, Sec. 4.1).
 """
+
 from fairseq.models import register_model
 
 from fairseq_layernorm_plugins.models.base import PluginTransformerModel, register_arch_family

@@ -17,6 +17,7 @@ after this initialisation (paper Sec. 3.3, as in the authors' fairseq code):
 The authors' decoder still created an (unused) encoder-attention LayerNorm; none is
 left here, so DDP's unused-parameter check passes.
 """
+
 import torch
 from fairseq.models import register_model
 from fairseq.models.transformer.transformer_decoder import Linear as XavierLinear

@@ -6,7 +6,14 @@ override fairseq's hooks (``residual_connection``, ``build_fc1``,
 ``build_self_attention``, ...) and plug them in through
 :class:`PluginTransformerEncoder` / :class:`PluginTransformerDecoder`.
 """
-from fairseq_layernorm_plugins.modules.init import INIT_STYLES, PluginDecoderLayer, PluginEncoderLayer, attentions, paper_init_
+
+from fairseq_layernorm_plugins.modules.init import (
+    INIT_STYLES,
+    PluginDecoderLayer,
+    PluginEncoderLayer,
+    attentions,
+    paper_init_,
+)
 from fairseq_layernorm_plugins.modules.residual import (
     SublayerDecoderLayer,
     SublayerEncoderLayer,

@@ -14,6 +14,7 @@ Attention weights (q/k/v Xavier gain 1/sqrt(2), out_proj gain 1, out_proj bias 0
 embeddings are the same in both. A method's own initialisation (T-Fixup, DeepNet, B2T's
 rescale) is applied after this, on top of it.
 """
+
 import torch
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 

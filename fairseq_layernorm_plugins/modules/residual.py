@@ -15,7 +15,6 @@ at every call, so a pass cut short by an exception (fairseq's out-of-memory reco
 leaves nothing behind; TorchScript cannot compile that hook (fairseq passes the layers
 keyword arguments), so scripting removes it and a scripted layer counts by the wrap alone.
 """
-from typing import Optional
 
 import torch.nn as nn
 from torch import Tensor
@@ -37,7 +36,7 @@ class SublayerResidualMixin:
 
     num_sublayers: int
     sublayer: int
-    layer_input: Optional[Tensor]
+    layer_input: Tensor | None
 
     def sublayer_init_(self):
         self.num_sublayers = 3 if getattr(self, "encoder_attn", None) is not None else 2

@@ -5,13 +5,14 @@ fairseq's ``TransformerEncoderBase.build_encoder_layer`` hard-codes
 argument, or a class attribute of a subclass) instead and wrap it exactly as fairseq
 does (activation checkpointing, FSDP).
 """
+
 from fairseq.distributed import fsdp_wrap
 from fairseq.models.transformer import TransformerDecoderBase, TransformerEncoderBase
 from fairseq.models.transformer.transformer_decoder import module_name_fordropout as decoder_dropout_name
 from fairseq.models.transformer.transformer_encoder import module_name_fordropout as encoder_dropout_name
 from fairseq.modules import FairseqDropout
-from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 from fairseq.modules.checkpoint_activations import checkpoint_wrapper
+from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 
 
 def stack_layers(stack):

@@ -16,10 +16,11 @@ The authors rectify from rho_t >= 5, torch from rho_t > 5: they differ only at e
 Works under ``--fp16`` (fairseq's FP16Optimizer keeps fp32 master weights, flat or
 not); ``--memory-efficient-fp16`` is not supported by torch's RAdam.
 """
+
 import ast
 from collections.abc import Collection
 from dataclasses import dataclass, field
-from typing import Any, List
+from typing import Any
 
 import torch
 from fairseq.dataclass import FairseqDataclass
@@ -46,7 +47,7 @@ class FairseqRAdamConfig(FairseqDataclass):
             "torch.optim.RAdam do, instead of leaving the parameters to weight decay as the authors' code used by Admin"
         },
     )
-    lr: List[float] = II("optimization.lr")
+    lr: list[float] = II("optimization.lr")
 
 
 def radam_rho(step, beta2):

@@ -1,13 +1,22 @@
 """The command-line options and error handling every preparation script shares."""
+
 import logging
 
 from fairseq_layernorm_plugins.prepare.textio import DataError
 
 
 def add_common_args(parser):
-    parser.add_argument("--train-pairs", type=int, default=None, metavar="K", help="keep K training pairs, drawn deterministically by --seed (default: all)")
+    parser.add_argument(
+        "--train-pairs",
+        type=int,
+        default=None,
+        metavar="K",
+        help="keep K training pairs, drawn deterministically by --seed (default: all)",
+    )
     parser.add_argument("--seed", type=int, default=1, help="seed of --train-pairs (default: 1)")
-    parser.add_argument("--workers", type=int, default=2, help="processes for tokenisation, BPE and binarisation (default: 2)")
+    parser.add_argument(
+        "--workers", type=int, default=2, help="processes for tokenisation, BPE and binarisation (default: 2)"
+    )
     parser.add_argument("--force", action="store_true", help="redo every step even if its stamp is up to date")
     parser.add_argument("--keep-work", action="store_true", help="keep OUT.work/ (intermediate steps) after success")
 

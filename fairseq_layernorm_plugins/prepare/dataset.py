@@ -8,6 +8,7 @@ then the output directory, written atomically:
     OUT/bin/                           the fairseq data-bin
     OUT/stamp.json                     sizes, options and the key of the inputs
 """
+
 import json
 import logging
 import random
@@ -39,7 +40,9 @@ def test_splits(splits):
     return sorted((name for name in splits if name.startswith("test")), key=lambda name: int(name[4:] or 0))
 
 
-def write_dataset(out_dir, key, splits, references, src, tgt, joined=False, workers=2, extra_files=(), summary=None, force=False):
+def write_dataset(
+    out_dir, key, splits, references, src, tgt, joined=False, workers=2, extra_files=(), summary=None, force=False
+):
     """Write the output directory unless its stamp already has ``key``.
 
     splits: {"train"|"valid"|"test"|"test1"|...: [(src, tgt), ...]} (segmented); references:
@@ -50,8 +53,14 @@ def write_dataset(out_dir, key, splits, references, src, tgt, joined=False, work
     if not force and stamp.is_file() and json.loads(stamp.read_text()).get("key") == key:
         logger.info("%s: up to date, skipped", out_dir)
         return json.loads(stamp.read_text())
-    content = {"key": key, "src": src, "tgt": tgt, "joined_dictionary": joined,
-               "sizes": {split: len(pairs) for split, pairs in splits.items()}, **(summary or {})}
+    content = {
+        "key": key,
+        "src": src,
+        "tgt": tgt,
+        "joined_dictionary": joined,
+        "sizes": {split: len(pairs) for split, pairs in splits.items()},
+        **(summary or {}),
+    }
     with atomic_directory(out_dir) as tmp:
         for name, pairs in {**splits, **references}.items():
             write_lines(tmp / f"{name}.{src}", [s for s, _ in pairs])
@@ -59,6 +68,15 @@ def write_dataset(out_dir, key, splits, references, src, tgt, joined=False, work
         for path in extra_files:
             shutil.copy(path, tmp / Path(path).name)
         logger.info("fairseq-preprocess -> %s", out_dir / "bin")
-        fairseq_preprocess(tmp / "train", tmp / "valid", [tmp / name for name in test_splits(splits)], tmp / "bin", src, tgt, joined, workers)
+        fairseq_preprocess(
+            tmp / "train",
+            tmp / "valid",
+            [tmp / name for name in test_splits(splits)],
+            tmp / "bin",
+            src,
+            tgt,
+            joined,
+            workers,
+        )
         (tmp / "stamp.json").write_text(json.dumps(content, indent=1))
     return content

@@ -1,6 +1,7 @@
 """Getting the corpora: download with progress and retries, or use local archives;
 unpack with validation (a corrupt, truncated or incomplete archive is a one-line
 error naming it)."""
+
 import logging
 import os
 import sys
@@ -21,7 +22,9 @@ def verify(path, expected, source=None):
     """Raise a one-line DataError if ``path``'s sha256 is not ``expected``."""
     actual = file_checksum(path)
     if actual != expected:
-        raise DataError(f"{source or path}: sha256 {actual} is not the expected {expected} (corrupt or another version)")
+        raise DataError(
+            f"{source or path}: sha256 {actual} is not the expected {expected} (corrupt or another version)"
+        )
 
 
 def download(url, destination, retries=3, wait=5.0, checksum=None, hint=None):
@@ -40,7 +43,9 @@ def download(url, destination, retries=3, wait=5.0, checksum=None, hint=None):
         try:
             with urllib.request.urlopen(url, timeout=60) as response, open(part, "wb") as out:
                 total = int(response.headers.get("Content-Length") or 0) or None
-                with tqdm(total=total, unit="B", unit_scale=True, desc=destination.name, file=sys.stderr, mininterval=2) as bar:
+                with tqdm(
+                    total=total, unit="B", unit_scale=True, desc=destination.name, file=sys.stderr, mininterval=2
+                ) as bar:
                     while block := response.read(1 << 20):
                         out.write(block)
                         bar.update(len(block))
@@ -54,8 +59,10 @@ def download(url, destination, retries=3, wait=5.0, checksum=None, hint=None):
             logger.warning("download of %s failed (attempt %d/%d): %s", url, attempt, retries, err)
             if attempt == retries:
                 part.unlink(missing_ok=True)
-                raise DataError(f"{url}: download failed after {retries} attempts ({err}); fetch it yourself "
-                                f"to {destination}" + (f" or {hint}" if hint else "")) from None
+                raise DataError(
+                    f"{url}: download failed after {retries} attempts ({err}); fetch it yourself "
+                    f"to {destination}" + (f" or {hint}" if hint else "")
+                ) from None
             time.sleep(wait * attempt)
 
 

@@ -15,6 +15,7 @@ Expected sizes: train 160239, valid 7283, test 6750. The output keeps ``test.tok
 (tokenised, lowercased: the conventional tokenised BLEU) and ``test.raw.*`` (the
 untokenised xml segments) beside the data-bin. See ``dataset.py`` for the layout.
 """
+
 import argparse
 import functools
 import logging
@@ -40,13 +41,21 @@ logger = logging.getLogger(__name__)
 
 URL = "http://dl.fbaipublicfiles.com/fairseq/data/iwslt14/de-en.tgz"
 LANGS = ("de", "en")
-TEST_SETS = ("IWSLT14.TED.dev2010", "IWSLT14.TEDX.dev2012", "IWSLT14.TED.tst2010", "IWSLT14.TED.tst2011", "IWSLT14.TED.tst2012")
+TEST_SETS = (
+    "IWSLT14.TED.dev2010",
+    "IWSLT14.TEDX.dev2012",
+    "IWSLT14.TED.tst2010",
+    "IWSLT14.TED.tst2011",
+    "IWSLT14.TED.tst2012",
+)
 VALID_EVERY = 23
 
 
 def raw_files():
     """The files of ``de-en.tgz`` the recipe reads (relative to its ``de-en/``)."""
-    return [f"train.tags.de-en.{lang}" for lang in LANGS] + [f"{name}.de-en.{lang}.xml" for name in TEST_SETS for lang in LANGS]
+    return [f"train.tags.de-en.{lang}" for lang in LANGS] + [
+        f"{name}.de-en.{lang}.xml" for name in TEST_SETS for lang in LANGS
+    ]
 
 
 def build_test_split(raw_dir, src, tgt, workers=1):
@@ -54,9 +63,22 @@ def build_test_split(raw_dir, src, tgt, workers=1):
     tokenised, raw = [], []
     for name in TEST_SETS:
         segments = {lang: xml_segments(read_lines(raw_dir / f"{name}.de-en.{lang}.xml")) for lang in (src, tgt)}
-        aligned(raw_dir / f"{name}.de-en.{src}.xml", segments[src], raw_dir / f"{name}.de-en.{tgt}.xml", segments[tgt], "<seg>s")
-        tok = {lang: map_lines(Compose(straight_apostrophe, Tokenize(lang), lowercase), segments[lang], workers, desc=f"tokenise {name}.{lang}")
-               for lang in (src, tgt)}
+        aligned(
+            raw_dir / f"{name}.de-en.{src}.xml",
+            segments[src],
+            raw_dir / f"{name}.de-en.{tgt}.xml",
+            segments[tgt],
+            "<seg>s",
+        )
+        tok = {
+            lang: map_lines(
+                Compose(straight_apostrophe, Tokenize(lang), lowercase),
+                segments[lang],
+                workers,
+                desc=f"tokenise {name}.{lang}",
+            )
+            for lang in (src, tgt)
+        }
         tokenised += zip(tok[src], tok[tgt])
         raw += zip(segments[src], segments[tgt])
     return tokenised, raw
@@ -67,10 +89,18 @@ def tokenize(raw_dir, src, tgt, workers, out):
     raw_dir = Path(raw_dir)
     train = {}
     for lang in (src, tgt):
-        lines = [line for line in map(strip_train_tags, read_lines(raw_dir / f"train.tags.de-en.{lang}")) if line is not None]
+        lines = [
+            line for line in map(strip_train_tags, read_lines(raw_dir / f"train.tags.de-en.{lang}")) if line is not None
+        ]
         train[lang] = map_lines(Tokenize(lang), lines, workers, desc=f"tokenise train.{lang}")
-    aligned(raw_dir / f"train.tags.de-en.{src}", train[src], raw_dir / f"train.tags.de-en.{tgt}", train[tgt], "text lines")
-    cleaned = [p for p in map_lines(CleanCorpus(1, 175, 1.5), list(zip(train[src], train[tgt])), workers, desc="clean train") if p]
+    aligned(
+        raw_dir / f"train.tags.de-en.{src}", train[src], raw_dir / f"train.tags.de-en.{tgt}", train[tgt], "text lines"
+    )
+    cleaned = [
+        p
+        for p in map_lines(CleanCorpus(1, 175, 1.5), list(zip(train[src], train[tgt])), workers, desc="clean train")
+        if p
+    ]
     logger.info("clean-corpus: kept %d of %d train pairs", len(cleaned), len(train[src]))
     cleaned = [(lowercase(s), lowercase(t)) for s, t in cleaned]
     splits = {
@@ -89,7 +119,10 @@ def apply_bpe(tok_dir, src, tgt, merges, workers, out):
     bpe = ApplyBPE(out / "code")
     for split in ("train", "valid", "test"):
         for lang in (src, tgt):
-            write_lines(out / f"{split}.{lang}", map_lines(bpe, read_lines(tok_dir / f"{split}.{lang}"), workers, desc=f"bpe {split}.{lang}"))
+            write_lines(
+                out / f"{split}.{lang}",
+                map_lines(bpe, read_lines(tok_dir / f"{split}.{lang}"), workers, desc=f"bpe {split}.{lang}"),
+            )
 
 
 def locate_raw(steps, archive, raw_dir, download_dir):
@@ -103,12 +136,27 @@ def locate_raw(steps, archive, raw_dir, download_dir):
             raise DataError(f"{raw_dir}: missing {', '.join(missing)}")
         return raw_dir, [raw_dir / name for name in raw_files()]
     archive = Path(archive) if archive else download(URL, Path(download_dir) / "de-en.tgz")
-    unpacked = steps.run("unpack", lambda tmp: extract(archive, tmp, [f"de-en/{name}" for name in raw_files()]), inputs=[archive])
+    unpacked = steps.run(
+        "unpack", lambda tmp: extract(archive, tmp, [f"de-en/{name}" for name in raw_files()]), inputs=[archive]
+    )
     return unpacked.path / "de-en", [unpacked]
 
 
-def prepare(out_dir, archive=None, raw_dir=None, download_dir="data/downloads", src="de", tgt="en", merges=10000,
-            joined=False, train_pairs=None, seed=1, workers=2, force=False, keep_work=False):
+def prepare(
+    out_dir,
+    archive=None,
+    raw_dir=None,
+    download_dir="data/downloads",
+    src="de",
+    tgt="en",
+    merges=10000,
+    joined=False,
+    train_pairs=None,
+    seed=1,
+    workers=2,
+    force=False,
+    keep_work=False,
+):
     """Build the IWSLT14 data directory ``out_dir``; returns its stamp (sizes, options)."""
     if {src, tgt} != set(LANGS):
         raise DataError(f"IWSLT14 is de-en: --src/--tgt must be de and en, not {src} and {tgt}")
@@ -116,36 +164,81 @@ def prepare(out_dir, archive=None, raw_dir=None, download_dir="data/downloads", 
     steps = Steps(out_dir.with_name(out_dir.name + ".work"), force)
     raw_dir, raw_inputs = locate_raw(steps, archive, raw_dir, download_dir)
     tok = steps.run(f"tokenize.{src}-{tgt}", functools.partial(tokenize, raw_dir, src, tgt, workers), inputs=raw_inputs)
-    bpe = steps.run(f"bpe{merges}.{src}-{tgt}", functools.partial(apply_bpe, tok.path, src, tgt, merges, workers), inputs=[tok], options=merges)
+    bpe = steps.run(
+        f"bpe{merges}.{src}-{tgt}",
+        functools.partial(apply_bpe, tok.path, src, tgt, merges, workers),
+        inputs=[tok],
+        options=merges,
+    )
 
-    splits = {split: read_parallel(bpe.path / f"{split}.{src}", bpe.path / f"{split}.{tgt}") for split in ("train", "valid", "test")}
+    splits = {
+        split: read_parallel(bpe.path / f"{split}.{src}", bpe.path / f"{split}.{tgt}")
+        for split in ("train", "valid", "test")
+    }
     splits["train"] = subsample(splits["train"], train_pairs, seed)
-    references = {name: read_parallel(tok.path / f"{name}.{src}", tok.path / f"{name}.{tgt}") for name in ("test", "test.raw")}
+    references = {
+        name: read_parallel(tok.path / f"{name}.{src}", tok.path / f"{name}.{tgt}") for name in ("test", "test.raw")
+    }
     references["test.tok"] = references.pop("test")
     options = {"recipe": "iwslt14", "merges": merges, "train_pairs": train_pairs, "seed": seed}
-    stamp = write_dataset(out_dir, Steps.key("dataset", [bpe], [options, joined]), splits, references, src, tgt, joined,
-                          workers, extra_files=[bpe.path / "code"], summary=options, force=force)
+    stamp = write_dataset(
+        out_dir,
+        Steps.key("dataset", [bpe], [options, joined]),
+        splits,
+        references,
+        src,
+        tgt,
+        joined,
+        workers,
+        extra_files=[bpe.path / "code"],
+        summary=options,
+        force=force,
+    )
     if not keep_work:
         steps.clean()
     return stamp
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--archive", help="a local de-en.tgz (default: download it to --download-dir)")
-    source.add_argument("--raw-dir", help="an unpacked de-en.tgz (the folder with train.tags.de-en.* and the xml files)")
-    parser.add_argument("--download-dir", default="data/downloads", help="where the archive is downloaded (default: data/downloads)")
+    source.add_argument(
+        "--raw-dir", help="an unpacked de-en.tgz (the folder with train.tags.de-en.* and the xml files)"
+    )
+    parser.add_argument(
+        "--download-dir", default="data/downloads", help="where the archive is downloaded (default: data/downloads)"
+    )
     parser.add_argument("--out", default="data/iwslt14.de-en", help="output directory (default: data/iwslt14.de-en)")
     parser.add_argument("--src", default="de", choices=LANGS)
     parser.add_argument("--tgt", default="en", choices=LANGS)
     parser.add_argument("--merges", type=int, default=10000, help="joint BPE merges (default: 10000, the recipe's)")
-    parser.add_argument("--joined-dictionary", action="store_true", help="one dictionary for both languages (for --share-all-embeddings)")
+    parser.add_argument(
+        "--joined-dictionary",
+        action="store_true",
+        help="one dictionary for both languages (for --share-all-embeddings)",
+    )
     add_common_args(parser)
     args = parser.parse_args(argv)
-    return run_cli(parser, prepare, out_dir=args.out, archive=args.archive, raw_dir=args.raw_dir, download_dir=args.download_dir,
-                   src=args.src, tgt=args.tgt, merges=args.merges, joined=args.joined_dictionary, train_pairs=args.train_pairs,
-                   seed=args.seed, workers=args.workers, force=args.force, keep_work=args.keep_work)
+    return run_cli(
+        parser,
+        prepare,
+        out_dir=args.out,
+        archive=args.archive,
+        raw_dir=args.raw_dir,
+        download_dir=args.download_dir,
+        src=args.src,
+        tgt=args.tgt,
+        merges=args.merges,
+        joined=args.joined_dictionary,
+        train_pairs=args.train_pairs,
+        seed=args.seed,
+        workers=args.workers,
+        force=args.force,
+        keep_work=args.keep_work,
+    )
 
 
 if __name__ == "__main__":

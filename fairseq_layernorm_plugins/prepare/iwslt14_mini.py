@@ -20,6 +20,7 @@ separate dictionaries as in fairseq's IWSLT14 recipe, or ``joined=True`` for
 lowercased, for tokenised BLEU, the convention for IWSLT14) and ``test.raw.{de,en}``
 (the same lines untokenised, from ``orig_de-en``'s xml).
 """
+
 import argparse
 import hashlib
 import json
@@ -53,7 +54,14 @@ def build_splits(iwslt_dir, src="de", tgt="en", valid_every=8, test_lines=None, 
         samples += [(resegment(bpe, s), resegment(bpe, t)) for s, t in pairs]
     fairseq_valid = read_parallel(iwslt_dir / PREPARED / f"valid.{src}", iwslt_dir / PREPARED / f"valid.{tgt}")
     test = read_parallel(iwslt_dir / PREPARED / f"test.{src}", iwslt_dir / PREPARED / f"test.{tgt}")
-    raw = {lang: [line for name in TEST_SETS for line in xml_segments(read_lines(iwslt_dir / ORIG / f"{name}.de-en.{lang}.xml"))] for lang in (src, tgt)}
+    raw = {
+        lang: [
+            line
+            for name in TEST_SETS
+            for line in xml_segments(read_lines(iwslt_dir / ORIG / f"{name}.de-en.{lang}.xml"))
+        ]
+        for lang in (src, tgt)
+    }
     test_raw = list(zip(raw[src], raw[tgt]))
     aligned(iwslt_dir / PREPARED / f"test.{src}", test, iwslt_dir / ORIG, test_raw, "test lines")
 
@@ -65,35 +73,79 @@ def build_splits(iwslt_dir, src="de", tgt="en", valid_every=8, test_lines=None, 
     return {"train": train, "valid": valid, "test": test, "test.raw": test_raw}
 
 
-def prepare(iwslt_dir, out_dir, src="de", tgt="en", valid_every=8, test_lines=None, joined=False, workers=2, force=False,
-            train_pairs=None, seed=1):
+def prepare(
+    iwslt_dir,
+    out_dir,
+    src="de",
+    tgt="en",
+    valid_every=8,
+    test_lines=None,
+    joined=False,
+    workers=2,
+    force=False,
+    train_pairs=None,
+    seed=1,
+):
     """Build IWSLT14-mini into ``out_dir`` (layout of ``dataset.py``, written atomically);
     skip if already built from the same inputs and options. Returns its stamp."""
     splits = build_splits(iwslt_dir, src, tgt, valid_every, test_lines, train_pairs, seed)
-    references = {"test.raw": splits.pop("test.raw"), "test.tok": [(remove_bpe(s), remove_bpe(t)) for s, t in splits["test"]]}
-    options = {"recipe": "iwslt14-mini", "valid_every": valid_every, "test_lines": test_lines, "train_pairs": train_pairs, "seed": seed}
+    references = {
+        "test.raw": splits.pop("test.raw"),
+        "test.tok": [(remove_bpe(s), remove_bpe(t)) for s, t in splits["test"]],
+    }
+    options = {
+        "recipe": "iwslt14-mini",
+        "valid_every": valid_every,
+        "test_lines": test_lines,
+        "train_pairs": train_pairs,
+        "seed": seed,
+    }
     key = hashlib.sha256(json.dumps([splits, references, options, joined], ensure_ascii=False).encode()).hexdigest()
     return write_dataset(out_dir, key, splits, references, src, tgt, joined, workers, summary=options, force=force)
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--iwslt-dir", default=str(Path(__file__).resolve().parents[3] / "shared" / "data" / "iwslt14"),
-                        help="folder with fairseq_iwslt14.tokenized.de-en/ and train_samples/ (default: ../shared/data/iwslt14)")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--iwslt-dir",
+        default=str(Path(__file__).resolve().parents[3] / "shared" / "data" / "iwslt14"),
+        help="folder with fairseq_iwslt14.tokenized.de-en/ and train_samples/ (default: ../shared/data/iwslt14)",
+    )
     parser.add_argument("--out", default="data/iwslt14-mini", help="output directory (default: data/iwslt14-mini)")
     parser.add_argument("--src", default="de")
     parser.add_argument("--tgt", default="en")
     parser.add_argument("--valid-every", type=int, default=8, help="hold out every N-th line of fairseq's valid split")
-    parser.add_argument("--test-lines", type=int, default=None, help="use N evenly spaced test lines (default: all 6750)")
-    parser.add_argument("--train-pairs", type=int, default=None, metavar="K", help="keep K training pairs, drawn deterministically by --seed")
+    parser.add_argument(
+        "--test-lines", type=int, default=None, help="use N evenly spaced test lines (default: all 6750)"
+    )
+    parser.add_argument(
+        "--train-pairs",
+        type=int,
+        default=None,
+        metavar="K",
+        help="keep K training pairs, drawn deterministically by --seed",
+    )
     parser.add_argument("--seed", type=int, default=1, help="seed of --train-pairs (default: 1)")
     parser.add_argument("--joined-dictionary", action="store_true", help="one dictionary for both languages")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--force", action="store_true", help="rebuild even if the stamp says it is up to date")
     args = parser.parse_args(argv)
     try:
-        summary = prepare(args.iwslt_dir, args.out, args.src, args.tgt, args.valid_every, args.test_lines, args.joined_dictionary, args.workers, args.force,
-                          args.train_pairs, args.seed)
+        summary = prepare(
+            args.iwslt_dir,
+            args.out,
+            args.src,
+            args.tgt,
+            args.valid_every,
+            args.test_lines,
+            args.joined_dictionary,
+            args.workers,
+            args.force,
+            args.train_pairs,
+            args.seed,
+        )
     except DataError as err:
         parser.exit(2, f"error: {err}\n")
     print(f"IWSLT14-mini in {args.out}: " + ", ".join(f"{k} {v}" for k, v in summary["sizes"].items()))

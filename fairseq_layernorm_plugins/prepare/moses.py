@@ -5,6 +5,7 @@ Every function here maps one line to one line (or a pair to a pair, or None to d
 it), so :func:`fairseq_layernorm_plugins.prepare.parallel.map_lines` can run them on
 all cores.
 """
+
 import re
 
 import regex

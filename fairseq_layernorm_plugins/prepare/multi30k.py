@@ -16,6 +16,7 @@ Transformer that translates (the README's main job).
 The untokenised references (``test.raw.*``) are what detokenised, cased SacreBLEU
 scores against.
 """
+
 import argparse
 import functools
 import gzip
@@ -27,7 +28,8 @@ from fairseq_layernorm_plugins.prepare.dataset import evenly_spaced
 from fairseq_layernorm_plugins.prepare.fetch import download, verify
 from fairseq_layernorm_plugins.prepare.steps import Steps
 from fairseq_layernorm_plugins.prepare.textio import DataError
-from fairseq_layernorm_plugins.prepare.wmt14 import Sources, prepare as prepare_wmt
+from fairseq_layernorm_plugins.prepare.wmt14 import Sources
+from fairseq_layernorm_plugins.prepare.wmt14 import prepare as prepare_wmt
 
 COMMIT = "a3d2e0d26b56f3846f66a952536ffed4e401d05a"  # multi30k/dataset master, 2020-11-09
 URL = f"https://raw.githubusercontent.com/multi30k/dataset/{COMMIT}/data/task1/raw/{{name}}"
@@ -66,8 +68,14 @@ def raw_files(names, raw_dir=None, download_dir="data/downloads", url=URL, retri
             verify(path, SHA256[name])
         else:
             cache = Path(download_dir) / "multi30k"
-            path = download(url.format(name=name), cache / name, retries=retries, wait=wait, checksum=SHA256[name],
-                            hint=f"pass --raw-dir DIR holding {', '.join(names)}")
+            path = download(
+                url.format(name=name),
+                cache / name,
+                retries=retries,
+                wait=wait,
+                checksum=SHA256[name],
+                hint=f"pass --raw-dir DIR holding {', '.join(names)}",
+            )
         files[name] = path
     return files
 
@@ -84,8 +92,19 @@ def gunzip(files, subsets, out):
         (out / name.removesuffix(".gz")).write_bytes(b"".join(evenly_spaced(lines, subsets.get(name))))
 
 
-def prepare(out_dir, raw_dir=None, download_dir="data/downloads", src="de", tgt="en", test="test_2016_flickr",
-            sentencepiece=8000, merges=None, test_lines=None, url=URL, **kwargs):
+def prepare(
+    out_dir,
+    raw_dir=None,
+    download_dir="data/downloads",
+    src="de",
+    tgt="en",
+    test="test_2016_flickr",
+    sentencepiece=8000,
+    merges=None,
+    test_lines=None,
+    url=URL,
+    **kwargs,
+):
     """Build the Multi30k data directory ``out_dir`` (layout of ``dataset.py``);
     ``merges`` set means Moses + BPE instead of SentencePiece; ``test_lines`` keeps that
     many evenly spaced test lines (quick runs). Returns its stamp."""
@@ -98,28 +117,68 @@ def prepare(out_dir, raw_dir=None, download_dir="data/downloads", src="de", tgt=
     steps = Steps(out_dir.with_name(out_dir.name + ".work"), kwargs.get("force", False))
     subsets = {f"{test}.{lang}.gz": test_lines for lang in (src, tgt)} if test_lines else {}
     raw = steps.run("gunzip", functools.partial(gunzip, files, subsets), inputs=list(files.values()), options=subsets)
-    sources = Sources(**{split: [{lang: raw.path / f"{prefix}.{lang}" for lang in (src, tgt)}] for split, prefix in splits.items()})
-    return prepare_wmt(out_dir, sources, src=src, tgt=tgt, merges=merges or 0, sentencepiece=None if merges else sentencepiece,
-                       recipe=f"multi30k.{test}" + (f".{test_lines}" if test_lines else ""), **kwargs)
+    sources = Sources(
+        **{split: [{lang: raw.path / f"{prefix}.{lang}" for lang in (src, tgt)}] for split, prefix in splits.items()}
+    )
+    return prepare_wmt(
+        out_dir,
+        sources,
+        src=src,
+        tgt=tgt,
+        merges=merges or 0,
+        sentencepiece=None if merges else sentencepiece,
+        recipe=f"multi30k.{test}" + (f".{test_lines}" if test_lines else ""),
+        **kwargs,
+    )
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--raw-dir", default=default_raw_dir(),
-                        help="folder holding the raw .gz files (default: ../shared/data/multi30k/task1_raw if present, else download)")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--raw-dir",
+        default=default_raw_dir(),
+        help="folder holding the raw .gz files (default: ../shared/data/multi30k/task1_raw if present, else download)",
+    )
     parser.add_argument("--download-dir", default="data/downloads", help="download cache (default: data/downloads)")
     parser.add_argument("--out", default="data/multi30k.de-en", help="output directory (default: data/multi30k.de-en)")
     parser.add_argument("--src", default="de", choices=("de", "en"))
     parser.add_argument("--tgt", default="en", choices=("de", "en"))
-    parser.add_argument("--test", default="test_2016_flickr", choices=TEST_SETS, help="test set (default: test_2016_flickr)")
-    parser.add_argument("--sentencepiece", type=int, default=8000, metavar="VOCAB", help="joint SentencePiece pieces (default: 8000)")
+    parser.add_argument(
+        "--test", default="test_2016_flickr", choices=TEST_SETS, help="test set (default: test_2016_flickr)"
+    )
+    parser.add_argument(
+        "--sentencepiece", type=int, default=8000, metavar="VOCAB", help="joint SentencePiece pieces (default: 8000)"
+    )
     parser.add_argument("--test-lines", type=int, default=None, help="keep N evenly spaced test lines (default: all)")
-    parser.add_argument("--bpe", type=int, default=None, metavar="MERGES", help="Moses + joint BPE with MERGES merges instead of SentencePiece")
+    parser.add_argument(
+        "--bpe",
+        type=int,
+        default=None,
+        metavar="MERGES",
+        help="Moses + joint BPE with MERGES merges instead of SentencePiece",
+    )
     add_common_args(parser)
     args = parser.parse_args(argv)
-    return run_cli(parser, prepare, out_dir=args.out, raw_dir=args.raw_dir, download_dir=args.download_dir, src=args.src, tgt=args.tgt,
-                   test=args.test, sentencepiece=args.sentencepiece, merges=args.bpe, test_lines=args.test_lines, train_pairs=args.train_pairs, seed=args.seed,
-                   workers=args.workers, force=args.force, keep_work=args.keep_work)
+    return run_cli(
+        parser,
+        prepare,
+        out_dir=args.out,
+        raw_dir=args.raw_dir,
+        download_dir=args.download_dir,
+        src=args.src,
+        tgt=args.tgt,
+        test=args.test,
+        sentencepiece=args.sentencepiece,
+        merges=args.bpe,
+        test_lines=args.test_lines,
+        train_pairs=args.train_pairs,
+        seed=args.seed,
+        workers=args.workers,
+        force=args.force,
+        keep_work=args.keep_work,
+    )
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
 """Run a line-to-line function over many lines on all cores, with a progress bar."""
+
 import multiprocessing as mp
 import sys
 

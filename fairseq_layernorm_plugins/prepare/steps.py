@@ -1,6 +1,7 @@
 """Resumable preparation: each step writes its own directory atomically with a stamp
 (a hash of its inputs' checksums and its options); a re-run skips every step whose
 stamp still matches, ``force=True`` redoes them all."""
+
 import hashlib
 import json
 import logging

@@ -1,5 +1,6 @@
 """Joint subword segmentation: BPE with subword-nmt (the recipes' choice) or a
 SentencePiece model (an option for WMT)."""
+
 import logging
 from pathlib import Path
 
@@ -41,8 +42,13 @@ def learn_sentencepiece(texts, model_prefix, vocab_size):
     path = Path(f"{model_prefix}.train.txt")
     path.write_text("".join(line + "\n" for lines in texts for line in lines), encoding="utf-8")
     spm.SentencePieceTrainer.train(
-        input=str(path), model_prefix=str(model_prefix), vocab_size=vocab_size, character_coverage=1.0,
-        input_sentence_size=10_000_000, shuffle_input_sentence=True, minloglevel=2,
+        input=str(path),
+        model_prefix=str(model_prefix),
+        vocab_size=vocab_size,
+        character_coverage=1.0,
+        input_sentence_size=10_000_000,
+        shuffle_input_sentence=True,
+        minloglevel=2,
     )
     path.unlink()
 

@@ -1,4 +1,5 @@
 """Reading parallel text safely and writing output directories atomically."""
+
 import contextlib
 import os
 import shutil
@@ -72,9 +73,20 @@ def fairseq_preprocess(trainpref, validpref, testpref, destdir, src, tgt, joined
         testpref = ",".join(map(str, testpref))
     cmd = [
         str(Path(sys.executable).parent / "fairseq-preprocess"),
-        "--source-lang", src, "--target-lang", tgt,
-        "--trainpref", str(trainpref), "--validpref", str(validpref), "--testpref", str(testpref),
-        "--destdir", str(destdir), "--workers", str(workers),
+        "--source-lang",
+        src,
+        "--target-lang",
+        tgt,
+        "--trainpref",
+        str(trainpref),
+        "--validpref",
+        str(validpref),
+        "--testpref",
+        str(testpref),
+        "--destdir",
+        str(destdir),
+        "--workers",
+        str(workers),
     ] + (["--joined-dictionary"] if joined else [])
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:

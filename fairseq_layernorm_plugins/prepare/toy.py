@@ -1,4 +1,5 @@
 """A learnable toy translation task for tests and quick CPU experiments."""
+
 import random
 from pathlib import Path
 

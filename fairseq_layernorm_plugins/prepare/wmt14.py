@@ -24,6 +24,7 @@ average the B2T paper reports) go through the test set's steps and become fairse
 split. They come from ``--extra-test-dir`` folders (``NAME.LANG``, plain text or sgm) or
 from the statmt.org archives SacreBLEU scores them from.
 """
+
 import argparse
 import functools
 import logging
@@ -36,19 +37,39 @@ import sacrebleu
 from fairseq_layernorm_plugins.prepare.cli import add_common_args, run_cli
 from fairseq_layernorm_plugins.prepare.dataset import subsample, write_dataset
 from fairseq_layernorm_plugins.prepare.fetch import download, extract
-from fairseq_layernorm_plugins.prepare.moses import CleanCorpus, NormalizePunctuation, Tokenize, straight_apostrophe, xml_segments
+from fairseq_layernorm_plugins.prepare.moses import (
+    CleanCorpus,
+    NormalizePunctuation,
+    Tokenize,
+    straight_apostrophe,
+    xml_segments,
+)
 from fairseq_layernorm_plugins.prepare.parallel import Compose, map_lines
 from fairseq_layernorm_plugins.prepare.steps import Steps
-from fairseq_layernorm_plugins.prepare.subwords import ApplyBPE, ApplySentencePiece, learn_joint_bpe, learn_sentencepiece
+from fairseq_layernorm_plugins.prepare.subwords import (
+    ApplyBPE,
+    ApplySentencePiece,
+    learn_joint_bpe,
+    learn_sentencepiece,
+)
 from fairseq_layernorm_plugins.prepare.textio import DataError, aligned, read_lines, read_parallel, write_lines
 
 logger = logging.getLogger(__name__)
 
 # archive URL, then per corpus its file prefix inside (``{prefix}.{lang}``)
 ARCHIVES = {
-    "training-parallel-europarl-v7.tgz": ("http://statmt.org/wmt13/training-parallel-europarl-v7.tgz", "training/europarl-v7.de-en"),
-    "training-parallel-commoncrawl.tgz": ("http://statmt.org/wmt13/training-parallel-commoncrawl.tgz", "commoncrawl.de-en"),
-    "training-parallel-nc-v9.tgz": ("http://statmt.org/wmt14/training-parallel-nc-v9.tgz", "training/news-commentary-v9.de-en"),
+    "training-parallel-europarl-v7.tgz": (
+        "http://statmt.org/wmt13/training-parallel-europarl-v7.tgz",
+        "training/europarl-v7.de-en",
+    ),
+    "training-parallel-commoncrawl.tgz": (
+        "http://statmt.org/wmt13/training-parallel-commoncrawl.tgz",
+        "commoncrawl.de-en",
+    ),
+    "training-parallel-nc-v9.tgz": (
+        "http://statmt.org/wmt14/training-parallel-nc-v9.tgz",
+        "training/news-commentary-v9.de-en",
+    ),
 }
 DEV = ("dev.tgz", "http://statmt.org/wmt14/dev.tgz", "dev/newstest2013")
 TEST = ("test-full.tgz", "http://statmt.org/wmt14/test-full.tgz", "test-full/newstest2014-deen-{side}.{lang}.sgm")
@@ -65,7 +86,9 @@ def statmt_test_set(name, src, tgt):
     dataset = sacrebleu.DATASETS.get(f"wmt{year.group(1)}") if year else None
     members = dataset.langpairs.get(f"{src}-{tgt}") if dataset else None
     if not members or name not in members[0]:
-        raise DataError(f"{name}: not a WMT news test set SacreBLEU knows for {src}-{tgt}; give it with --extra-test-dir")
+        raise DataError(
+            f"{name}: not a WMT news test set SacreBLEU knows for {src}-{tgt}; give it with --extra-test-dir"
+        )
     url = dataset.data[0]
     return f"{dataset.name}-{Path(url).name}", url, {src: members[0], tgt: members[1]}
 
@@ -164,16 +187,31 @@ def tokenize(sources, src, tgt, workers, sentencepiece, out):
     (``{split}.{lang}``), Moses-tokenised (``{split}.tok.{lang}``, the references of
     tokenised BLEU, with SentencePiece too) and raw (``{split}.raw.{lang}``)."""
     splits = {split: read_split(getattr(sources, split), src, tgt) for split in ("train", "valid", "test")}
-    splits.update({split: read_split([sources.extra[name]], src, tgt) for split, name in extra_splits(sources.extra).items()})
+    splits.update(
+        {split: read_split([sources.extra[name]], src, tgt) for split, name in extra_splits(sources.extra).items()}
+    )
     for lang, side in ((src, 0), (tgt, 1)):
-        train_fn = [NormalizePunctuation(lang)] + ([] if sentencepiece else [Tokenize(lang, aggressive_dash_splits=True)])
+        train_fn = [NormalizePunctuation(lang)] + (
+            [] if sentencepiece else [Tokenize(lang, aggressive_dash_splits=True)]
+        )
         tokenized_fn = Compose(straight_apostrophe, Tokenize(lang, aggressive_dash_splits=True))
-        write_lines(out / f"train.{lang}", map_lines(Compose(*train_fn), [p[side] for p in splits["train"]], workers, desc=f"normalise+tokenise train.{lang}"))
+        write_lines(
+            out / f"train.{lang}",
+            map_lines(
+                Compose(*train_fn), [p[side] for p in splits["train"]], workers, desc=f"normalise+tokenise train.{lang}"
+            ),
+        )
         for split in [name for name in splits if name != "train"]:
             lines = [p[side] for p in splits[split]]
             write_lines(out / f"{split}.raw.{lang}", lines)
-            write_lines(out / f"{split}.tok.{lang}", map_lines(tokenized_fn, lines, workers, desc=f"tokenise {split}.{lang}"))
-            segmentation_input = [straight_apostrophe(line) for line in lines] if sentencepiece else read_lines(out / f"{split}.tok.{lang}")
+            write_lines(
+                out / f"{split}.tok.{lang}", map_lines(tokenized_fn, lines, workers, desc=f"tokenise {split}.{lang}")
+            )
+            segmentation_input = (
+                [straight_apostrophe(line) for line in lines]
+                if sentencepiece
+                else read_lines(out / f"{split}.tok.{lang}")
+            )
             write_lines(out / f"{split}.{lang}", segmentation_input)
 
 
@@ -190,17 +228,42 @@ def segment(tok_dir, src, tgt, merges, sentencepiece, workers, extra, out):
     seg = {}
     for split in ("train", "valid", "test", *extra):
         for lang in (src, tgt):
-            seg[split, lang] = map_lines(apply, read_lines(tok_dir / f"{split}.{lang}"), workers, desc=f"segment {split}.{lang}")
-    train = [p for p in map_lines(CleanCorpus(1, 250, 1.5), list(zip(seg["train", src], seg["train", tgt])), workers, desc="clean train") if p]
+            seg[split, lang] = map_lines(
+                apply, read_lines(tok_dir / f"{split}.{lang}"), workers, desc=f"segment {split}.{lang}"
+            )
+    train = [
+        p
+        for p in map_lines(
+            CleanCorpus(1, 250, 1.5), list(zip(seg["train", src], seg["train", tgt])), workers, desc="clean train"
+        )
+        if p
+    ]
     logger.info("clean-corpus: kept %d of %d train pairs", len(train), len(seg["train", src]))
     seg["train", src], seg["train", tgt] = [s for s, _ in train], [t for _, t in train]
     for (split, lang), lines in seg.items():
         write_lines(out / f"{split}.{lang}", lines)
 
 
-def prepare(out_dir, sources=None, archive_dir=None, download_dir="data/downloads", src="en", tgt="de", merges=32000,
-            sentencepiece=None, joined=True, train_pairs=None, seed=1, workers=2, force=False, keep_work=False, recipe="wmt14",
-            extra_tests=(), extra_test_dirs=(), test_name=TEST_NAME):
+def prepare(
+    out_dir,
+    sources=None,
+    archive_dir=None,
+    download_dir="data/downloads",
+    src="en",
+    tgt="de",
+    merges=32000,
+    sentencepiece=None,
+    joined=True,
+    train_pairs=None,
+    seed=1,
+    workers=2,
+    force=False,
+    keep_work=False,
+    recipe="wmt14",
+    extra_tests=(),
+    extra_test_dirs=(),
+    test_name=TEST_NAME,
+):
     """Build the WMT data directory ``out_dir`` from ``sources`` (a Sources) or the
     standard archives, with the further test sets ``extra_tests`` (names; see
     :func:`extra_test_sources`); returns its stamp (sizes, options, test sets)."""
@@ -211,26 +274,63 @@ def prepare(out_dir, sources=None, archive_dir=None, download_dir="data/download
     else:
         inputs = sources.files()
     extra_tests = [name for name in extra_tests if name != test_name]
-    sources.extra, extra_inputs = extra_test_sources(extra_tests, src, tgt, extra_test_dirs, steps, archive_dir, download_dir)
+    sources.extra, extra_inputs = extra_test_sources(
+        extra_tests, src, tgt, extra_test_dirs, steps, archive_dir, download_dir
+    )
     inputs = inputs + extra_inputs
     extra = extra_splits(extra_tests)
     seg_name = f"spm{sentencepiece}" if sentencepiece else f"bpe{merges}"
-    tok = steps.run(f"tokenize.{src}-{tgt}" + (".spm" if sentencepiece else ""),
-                    functools.partial(tokenize, sources, src, tgt, workers, sentencepiece), inputs=inputs,
-                    options={"extra_tests": extra_tests, "tokenized_references": True})
-    seg = steps.run(f"{seg_name}.{src}-{tgt}", functools.partial(segment, tok.path, src, tgt, merges, sentencepiece, workers, list(extra)),
-                    inputs=[tok], options=[merges, sentencepiece])
+    tok = steps.run(
+        f"tokenize.{src}-{tgt}" + (".spm" if sentencepiece else ""),
+        functools.partial(tokenize, sources, src, tgt, workers, sentencepiece),
+        inputs=inputs,
+        options={"extra_tests": extra_tests, "tokenized_references": True},
+    )
+    seg = steps.run(
+        f"{seg_name}.{src}-{tgt}",
+        functools.partial(segment, tok.path, src, tgt, merges, sentencepiece, workers, list(extra)),
+        inputs=[tok],
+        options=[merges, sentencepiece],
+    )
 
     tests = ["test", *extra]
-    splits = {split: read_parallel(seg.path / f"{split}.{src}", seg.path / f"{split}.{tgt}") for split in ("train", "valid", *tests)}
+    splits = {
+        split: read_parallel(seg.path / f"{split}.{src}", seg.path / f"{split}.{tgt}")
+        for split in ("train", "valid", *tests)
+    }
     splits["train"] = subsample(splits["train"], train_pairs, seed)
-    references = {f"{split}.raw": read_parallel(tok.path / f"{split}.raw.{src}", tok.path / f"{split}.raw.{tgt}") for split in ("valid", *tests)}
-    references.update({f"{split}.tok": read_parallel(tok.path / f"{split}.tok.{src}", tok.path / f"{split}.tok.{tgt}") for split in tests})
-    options = {"recipe": recipe, "merges": None if sentencepiece else merges, "sentencepiece": sentencepiece, "train_pairs": train_pairs, "seed": seed,
-               "test_sets": {test_name: "test", **{name: split for split, name in extra.items()}}}
+    references = {
+        f"{split}.raw": read_parallel(tok.path / f"{split}.raw.{src}", tok.path / f"{split}.raw.{tgt}")
+        for split in ("valid", *tests)
+    }
+    references.update(
+        {
+            f"{split}.tok": read_parallel(tok.path / f"{split}.tok.{src}", tok.path / f"{split}.tok.{tgt}")
+            for split in tests
+        }
+    )
+    options = {
+        "recipe": recipe,
+        "merges": None if sentencepiece else merges,
+        "sentencepiece": sentencepiece,
+        "train_pairs": train_pairs,
+        "seed": seed,
+        "test_sets": {test_name: "test", **{name: split for split, name in extra.items()}},
+    }
     model_files = [seg.path / "spm.model"] if sentencepiece else [seg.path / "code"]
-    stamp = write_dataset(out_dir, Steps.key("dataset", [seg], [options, joined]), splits, references, src, tgt, joined,
-                          workers, extra_files=model_files, summary=options, force=force)
+    stamp = write_dataset(
+        out_dir,
+        Steps.key("dataset", [seg], [options, joined]),
+        splits,
+        references,
+        src,
+        tgt,
+        joined,
+        workers,
+        extra_files=model_files,
+        summary=options,
+        force=force,
+    )
     if not keep_work:
         steps.clean()
     return stamp
@@ -240,9 +340,16 @@ def add_wmt_args(parser):
     parser.add_argument("--src", default="en", choices=("en", "de"))
     parser.add_argument("--tgt", default="de", choices=("en", "de"))
     parser.add_argument("--merges", type=int, default=32000, help="joint BPE merges (default: 32000)")
-    parser.add_argument("--sentencepiece", type=int, default=None, metavar="VOCAB",
-                        help="segment with a joint SentencePiece model of VOCAB pieces instead of Moses + BPE")
-    parser.add_argument("--separate-dictionaries", action="store_true", help="one dictionary per language (default: joined)")
+    parser.add_argument(
+        "--sentencepiece",
+        type=int,
+        default=None,
+        metavar="VOCAB",
+        help="segment with a joint SentencePiece model of VOCAB pieces instead of Moses + BPE",
+    )
+    parser.add_argument(
+        "--separate-dictionaries", action="store_true", help="one dictionary per language (default: joined)"
+    )
     add_common_args(parser)
 
 
@@ -255,19 +362,40 @@ def local_pair(paths, src, tgt, parser):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--archive-dir", help="folder holding the statmt.org archives (default: download them to --download-dir)")
-    parser.add_argument("--download-dir", default="data/downloads", help="where archives are downloaded (default: data/downloads)")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--archive-dir", help="folder holding the statmt.org archives (default: download them to --download-dir)"
+    )
+    parser.add_argument(
+        "--download-dir", default="data/downloads", help="where archives are downloaded (default: data/downloads)"
+    )
     for split in ("train", "valid", "test"):
-        parser.add_argument(f"--{split}", nargs="+", action="append", metavar="PATH",
-                            help=f"{split} corpus from local files instead of the archives: PREFIX (PREFIX.SRC, PREFIX.TGT) or SRC_FILE TGT_FILE"
-                            + ("; repeat to concatenate corpora" if split == "train" else ""))
-    parser.add_argument("--extra-tests", nargs="*", default=list(EXTRA_TESTS), metavar="NAME",
-                        help="further test sets, each binarised as test1, test2, ... (default: %(default)s, with newstest2014 "
-                             "the rest of the B2T paper's newstest2010-2016; none: give the flag alone)")
-    parser.add_argument("--extra-test-dir", nargs="+", default=[], metavar="DIR",
-                        help="folders holding further test sets as NAME.LANG (plain text or .sgm); the others come from "
-                             "statmt.org (wmtYY-test.tgz in --archive-dir, or downloaded)")
+        parser.add_argument(
+            f"--{split}",
+            nargs="+",
+            action="append",
+            metavar="PATH",
+            help=f"{split} corpus from local files instead of the archives: PREFIX (PREFIX.SRC, PREFIX.TGT) or SRC_FILE TGT_FILE"
+            + ("; repeat to concatenate corpora" if split == "train" else ""),
+        )
+    parser.add_argument(
+        "--extra-tests",
+        nargs="*",
+        default=list(EXTRA_TESTS),
+        metavar="NAME",
+        help="further test sets, each binarised as test1, test2, ... (default: %(default)s, with newstest2014 "
+        "the rest of the B2T paper's newstest2010-2016; none: give the flag alone)",
+    )
+    parser.add_argument(
+        "--extra-test-dir",
+        nargs="+",
+        default=[],
+        metavar="DIR",
+        help="folders holding further test sets as NAME.LANG (plain text or .sgm); the others come from "
+        "statmt.org (wmtYY-test.tgz in --archive-dir, or downloaded)",
+    )
     parser.add_argument("--out", default="data/wmt14.en-de", help="output directory (default: data/wmt14.en-de)")
     add_wmt_args(parser)
     args = parser.parse_args(argv)
@@ -275,11 +403,32 @@ def main(argv=None):
     if args.train or args.valid or args.test:
         if not (args.train and args.valid and args.test):
             parser.error("--train, --valid and --test go together")
-        sources = Sources(*([local_pair(paths, args.src, args.tgt, parser) for paths in getattr(args, split)] for split in ("train", "valid", "test")))
-    return run_cli(parser, prepare, out_dir=args.out, sources=sources, archive_dir=args.archive_dir, download_dir=args.download_dir, src=args.src, tgt=args.tgt,
-                   merges=args.merges, sentencepiece=args.sentencepiece, joined=not args.separate_dictionaries, train_pairs=args.train_pairs,
-                   seed=args.seed, workers=args.workers, force=args.force, keep_work=args.keep_work,
-                   extra_tests=args.extra_tests, extra_test_dirs=args.extra_test_dir)
+        sources = Sources(
+            *(
+                [local_pair(paths, args.src, args.tgt, parser) for paths in getattr(args, split)]
+                for split in ("train", "valid", "test")
+            )
+        )
+    return run_cli(
+        parser,
+        prepare,
+        out_dir=args.out,
+        sources=sources,
+        archive_dir=args.archive_dir,
+        download_dir=args.download_dir,
+        src=args.src,
+        tgt=args.tgt,
+        merges=args.merges,
+        sentencepiece=args.sentencepiece,
+        joined=not args.separate_dictionaries,
+        train_pairs=args.train_pairs,
+        seed=args.seed,
+        workers=args.workers,
+        force=args.force,
+        keep_work=args.keep_work,
+        extra_tests=args.extra_tests,
+        extra_test_dirs=args.extra_test_dir,
+    )
 
 
 if __name__ == "__main__":

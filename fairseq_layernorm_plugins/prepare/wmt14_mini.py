@@ -8,6 +8,7 @@ PROVENANCE.md), through the full WMT14 pipeline (``wmt14.py``), for CPU work:
   normalise + tokenise steps as the rest);
 * valid: newstest2013 (3000); test: newstest2014 full (3003, official sgm).
 """
+
 import argparse
 import functools
 from pathlib import Path
@@ -18,10 +19,21 @@ from fairseq_layernorm_plugins.prepare.cli import run_cli
 from fairseq_layernorm_plugins.prepare.parallel import map_lines
 from fairseq_layernorm_plugins.prepare.steps import Steps
 from fairseq_layernorm_plugins.prepare.textio import read_lines, write_lines
-from fairseq_layernorm_plugins.prepare.wmt14 import Sources, add_wmt_args, prepare as prepare_wmt
+from fairseq_layernorm_plugins.prepare.wmt14 import Sources, add_wmt_args
+from fairseq_layernorm_plugins.prepare.wmt14 import prepare as prepare_wmt
 
-NEWS_TRAIN = ("news-test2008", "newssyscomb2009", "newstest2009", "newstest2010", "newstest2011", "newstest2012",
-              "newstest2015", "newstest2016", "newstest2017", "newstest2018")
+NEWS_TRAIN = (
+    "news-test2008",
+    "newssyscomb2009",
+    "newstest2009",
+    "newstest2010",
+    "newstest2011",
+    "newstest2012",
+    "newstest2015",
+    "newstest2016",
+    "newstest2017",
+    "newstest2018",
+)
 OPENNMT = {"en": "wmt14/train_sample_opennmt/src-train.txt", "de": "wmt14/train_sample_opennmt/tgt-train.txt"}
 
 
@@ -37,35 +49,69 @@ class Detokenize:
 
 def detokenize_opennmt(shared, workers, out):
     for lang, path in OPENNMT.items():
-        write_lines(out / f"opennmt.{lang}", map_lines(Detokenize(lang), read_lines(shared / path), workers, desc=f"detokenise opennmt.{lang}"))
+        write_lines(
+            out / f"opennmt.{lang}",
+            map_lines(Detokenize(lang), read_lines(shared / path), workers, desc=f"detokenise opennmt.{lang}"),
+        )
 
 
 def prepare(out_dir, shared_data, src="en", tgt="de", merges=8000, workers=2, force=False, **kwargs):
     shared = Path(shared_data)
     out_dir = Path(out_dir)
     steps = Steps(out_dir.with_name(out_dir.name + ".work"), force)
-    opennmt = steps.run("detokenize.opennmt", functools.partial(detokenize_opennmt, shared, workers), inputs=[shared / p for p in OPENNMT.values()])
+    opennmt = steps.run(
+        "detokenize.opennmt",
+        functools.partial(detokenize_opennmt, shared, workers),
+        inputs=[shared / p for p in OPENNMT.values()],
+    )
     langs = (src, tgt)
     sources = Sources(
         train=[{lang: shared / "wmt_news_other" / "de-en" / f"{name}.{lang}" for lang in langs} for name in NEWS_TRAIN]
         + [{lang: opennmt.path / f"opennmt.{lang}" for lang in langs}],
         valid=[{lang: shared / "wmt14" / "plain" / f"newstest2013.{lang}" for lang in langs}],
-        test=[{lang: shared / "wmt14" / "test-full" / f"newstest2014-deen-{'src' if lang == src else 'ref'}.{lang}.sgm" for lang in langs}],
+        test=[
+            {
+                lang: shared / "wmt14" / "test-full" / f"newstest2014-deen-{'src' if lang == src else 'ref'}.{lang}.sgm"
+                for lang in langs
+            }
+        ],
     )
-    return prepare_wmt(out_dir, sources, src=src, tgt=tgt, merges=merges, workers=workers, force=force, recipe="wmt14-mini", **kwargs)
+    return prepare_wmt(
+        out_dir, sources, src=src, tgt=tgt, merges=merges, workers=workers, force=force, recipe="wmt14-mini", **kwargs
+    )
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--shared-data", default=str(Path(__file__).resolve().parents[3] / "shared" / "data"),
-                        help="the shared data folder (default: ../shared/data)")
-    parser.add_argument("--out", default="data/wmt14-mini.en-de", help="output directory (default: data/wmt14-mini.en-de)")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--shared-data",
+        default=str(Path(__file__).resolve().parents[3] / "shared" / "data"),
+        help="the shared data folder (default: ../shared/data)",
+    )
+    parser.add_argument(
+        "--out", default="data/wmt14-mini.en-de", help="output directory (default: data/wmt14-mini.en-de)"
+    )
     add_wmt_args(parser)
     parser.set_defaults(merges=8000)
     args = parser.parse_args(argv)
-    return run_cli(parser, prepare, out_dir=args.out, shared_data=args.shared_data, src=args.src, tgt=args.tgt, merges=args.merges,
-                   sentencepiece=args.sentencepiece, joined=not args.separate_dictionaries, train_pairs=args.train_pairs,
-                   seed=args.seed, workers=args.workers, force=args.force, keep_work=args.keep_work)
+    return run_cli(
+        parser,
+        prepare,
+        out_dir=args.out,
+        shared_data=args.shared_data,
+        src=args.src,
+        tgt=args.tgt,
+        merges=args.merges,
+        sentencepiece=args.sentencepiece,
+        joined=not args.separate_dictionaries,
+        train_pairs=args.train_pairs,
+        seed=args.seed,
+        workers=args.workers,
+        force=args.force,
+        keep_work=args.keep_work,
+    )
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ optimizer, lr_scheduler or criterion whose ``_name`` changes is replaced, not me
 list of bases merges in order),
 so shared numbers live once.
 """
+
 import copy
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,8 +18,15 @@ import yaml
 
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 # fairseq groups whose ``_name`` is a component choice, and the flag that selects it
-NAME_FLAGS = {"task": "--task", "model": "--arch", "criterion": "--criterion", "optimizer": "--optimizer",
-              "lr_scheduler": "--lr-scheduler", "bpe": "--bpe", "tokenizer": "--tokenizer"}
+NAME_FLAGS = {
+    "task": "--task",
+    "model": "--arch",
+    "criterion": "--criterion",
+    "optimizer": "--optimizer",
+    "lr_scheduler": "--lr-scheduler",
+    "bpe": "--bpe",
+    "tokenizer": "--tokenizer",
+}
 
 
 class RecipeError(ValueError):
@@ -33,7 +41,11 @@ def merge(base, override):
     """Deep merge of two recipe dicts (see the module docstring)."""
     out = copy.deepcopy(base)
     for key, value in override.items():
-        same_component = key not in COMPONENTS or not isinstance(value, dict) or value.get("_name", out.get(key, {}).get("_name")) == out.get(key, {}).get("_name")
+        same_component = (
+            key not in COMPONENTS
+            or not isinstance(value, dict)
+            or value.get("_name", out.get(key, {}).get("_name")) == out.get(key, {}).get("_name")
+        )
         if key not in REPLACED and same_component and isinstance(value, dict) and isinstance(out.get(key), dict):
             out[key] = merge(out[key], value)
         else:
@@ -51,7 +63,9 @@ def load_yaml(path, seen=()):
         raise RecipeError(f"{path}: recipe not found") from None
     except yaml.YAMLError as err:
         line = getattr(getattr(err, "problem_mark", None), "line", None)
-        raise RecipeError(f"{path}:{'' if line is None else line + 1}: invalid YAML ({getattr(err, 'problem', err)})") from None
+        raise RecipeError(
+            f"{path}:{'' if line is None else line + 1}: invalid YAML ({getattr(err, 'problem', err)})"
+        ) from None
     if not isinstance(data, dict):
         raise RecipeError(f"{path}: a recipe is a mapping")
     bases = data.pop("base", [])
@@ -113,7 +127,11 @@ def load_recipe(name_or_path, config_dir=CONFIG_DIR):
 
 def list_recipes(config_dir=CONFIG_DIR):
     """Names of every recipe (files starting with ``_`` are bases, not recipes)."""
-    return sorted(str(p.relative_to(config_dir).with_suffix("")) for p in Path(config_dir).rglob("*.yaml") if not p.name.startswith("_"))
+    return sorted(
+        str(p.relative_to(config_dir).with_suffix(""))
+        for p in Path(config_dir).rglob("*.yaml")
+        if not p.name.startswith("_")
+    )
 
 
 def _value(value):

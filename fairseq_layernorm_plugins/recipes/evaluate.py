@@ -15,6 +15,7 @@ newstest2010-2016) has each scored the same way (``test_sets`` in the results) a
 (the B2T authors decode newstest2014 with 0.6 and the other years with 1.0).
 Results are written as JSON beside the run.
 """
+
 import json
 import re
 from pathlib import Path
@@ -55,7 +56,9 @@ def average_checkpoints(paths, output):
         for k, v in model.items():
             if v.is_floating_point():
                 sums[k] += v.double()
-    first["model"] = {k: (v / len(paths)).to(first["model"][k].dtype) if v.is_floating_point() else v for k, v in sums.items()}
+    first["model"] = {
+        k: (v / len(paths)).to(first["model"][k].dtype) if v.is_floating_point() else v for k, v in sums.items()
+    }
     output = Path(output)
     tmp = output.with_name(output.name + ".tmp")
     torch.save(first, tmp)
@@ -86,23 +89,40 @@ def score(hyps_tok, hyps_detok, refs_tok=None, refs_raw=None, lowercase=False):
     if refs_raw is not None:
         bleu = sacrebleu.metrics.BLEU(lowercase=lowercase)
         result = bleu.corpus_score(hyps_detok, [refs_raw])
-        scores["sacrebleu"] = {"score": round(result.score, 2), "signature": str(bleu.get_signature()), "detail": str(result),
-                               "label": "SacreBLEU, detokenised" + (", lowercased" if lowercase else "")}
+        scores["sacrebleu"] = {
+            "score": round(result.score, 2),
+            "signature": str(bleu.get_signature()),
+            "detail": str(result),
+            "label": "SacreBLEU, detokenised" + (", lowercased" if lowercase else ""),
+        }
     if refs_tok is not None:  # tokenised on purpose: force=True keeps sacrebleu's "forgot to detokenize" warnings quiet
         result = sacrebleu.corpus_bleu(hyps_tok, [refs_tok], tokenize="none", force=True)
-        scores["tokenized"] = {"score": round(result.score, 2), "detail": str(result), "label": "tokenized BLEU (Moses-tokenised text)"}
-        result = sacrebleu.corpus_bleu([compound_split(h) for h in hyps_tok], [[compound_split(r) for r in refs_tok]], tokenize="none",
-                                      force=True)
-        scores["compound_split"] = {"score": round(result.score, 2), "detail": str(result),
-                                    "label": "tokenized BLEU, compound-split (compound_split_bleu.sh)"}
+        scores["tokenized"] = {
+            "score": round(result.score, 2),
+            "detail": str(result),
+            "label": "tokenized BLEU (Moses-tokenised text)",
+        }
+        result = sacrebleu.corpus_bleu(
+            [compound_split(h) for h in hyps_tok], [[compound_split(r) for r in refs_tok]], tokenize="none", force=True
+        )
+        scores["compound_split"] = {
+            "score": round(result.score, 2),
+            "detail": str(result),
+            "label": "tokenized BLEU, compound-split (compound_split_bleu.sh)",
+        }
     return scores
 
 
 def mean_sacrebleu(per_set):
     """The mean of each test set's detokenised SacreBLEU (the B2T paper's "Average" column)."""
-    scores = {name: metrics["sacrebleu"]["score"] for name, metrics in per_set.items()}  # per_set: {name: score()'s metrics}
-    return {"score": round(sum(scores.values()) / len(scores), 2), "sets": scores,
-            "label": f"SacreBLEU, detokenised, mean of {len(scores)} test sets ({', '.join(scores)})"}
+    scores = {
+        name: metrics["sacrebleu"]["score"] for name, metrics in per_set.items()
+    }  # per_set: {name: score()'s metrics}
+    return {
+        "score": round(sum(scores.values()) / len(scores), 2),
+        "sets": scores,
+        "label": f"SacreBLEU, detokenised, mean of {len(scores)} test sets ({', '.join(scores)})",
+    }
 
 
 def evaluate(run_dir, average_last=None, kind="epoch", subset="test", max_tokens=8000, cpu=None, echo=print):
@@ -124,16 +144,29 @@ def evaluate(run_dir, average_last=None, kind="epoch", subset="test", max_tokens
         prepared = stamp.get("test_sets", {})
         missing = [name for name in test_sets if name not in prepared]
         if missing:
-            raise ValueError(f"{root}: prepared without {', '.join(missing)} (the recipe scores {', '.join(test_sets)}); "
-                             "prepare it again with scripts/prepare_wmt14.py, which adds newstest2010-2016 by default")
+            raise ValueError(
+                f"{root}: prepared without {', '.join(missing)} (the recipe scores {', '.join(test_sets)}); "
+                "prepare it again with scripts/prepare_wmt14.py, which adds newstest2010-2016 by default"
+            )
 
     def translate_and_score(split, lenpen=gen.get("lenpen", 1.0)):
-        return score_subset(run, run_dir, data_bin, root, checkpoint, split, lenpen, bool(stamp.get("sentencepiece")), max_tokens, cpu)
+        return score_subset(
+            run, run_dir, data_bin, root, checkpoint, split, lenpen, bool(stamp.get("sentencepiece")), max_tokens, cpu
+        )
 
     scores = translate_and_score(subset)
-    result = {"recipe": run["recipe"], "depth": run.get("depth"), "run_dir": str(run_dir), "subset": subset,
-              "sentences": scores.pop("sentences"), "checkpoints": [str(p) for p in checkpoints], "beam": gen.get("beam", 5),
-              "lenpen": gen.get("lenpen", 1.0), "bleu": scores, "paper": run.get("paper")}
+    result = {
+        "recipe": run["recipe"],
+        "depth": run.get("depth"),
+        "run_dir": str(run_dir),
+        "subset": subset,
+        "sentences": scores.pop("sentences"),
+        "checkpoints": [str(p) for p in checkpoints],
+        "beam": gen.get("beam", 5),
+        "lenpen": gen.get("lenpen", 1.0),
+        "bleu": scores,
+        "paper": run.get("paper"),
+    }
     if test_sets:
         per_set = {}
         for name in test_sets:
@@ -142,7 +175,9 @@ def evaluate(run_dir, average_last=None, kind="epoch", subset="test", max_tokens
             per_set[name] = dict(scores) if split == subset else translate_and_score(split, lenpen)
             per_set[name].pop("sentences", None)
             per_set[name]["lenpen"] = lenpen
-            echo(f"{run['recipe']} {run.get('depth')}: {name} ({split}): SacreBLEU {per_set[name]['sacrebleu']['score']:.2f}")
+            echo(
+                f"{run['recipe']} {run.get('depth')}: {name} ({split}): SacreBLEU {per_set[name]['sacrebleu']['score']:.2f}"
+            )
         result["test_sets"] = per_set
         scores["sacrebleu_mean"] = mean_sacrebleu(per_set)
     headline = gen.get("bleu", "sacrebleu")
@@ -150,8 +185,11 @@ def evaluate(run_dir, average_last=None, kind="epoch", subset="test", max_tokens
     tmp = run_dir / "results.json.tmp"
     tmp.write_text(json.dumps(result, indent=1))
     tmp.replace(run_dir / "results.json")
-    for metric, value in scores.items():
-        echo(f"{run['recipe']} {run.get('depth')}: {value['label']}: {value['score']:.2f}" + (f"  [{value['signature']}]" if "signature" in value else ""))
+    for _metric, value in scores.items():
+        echo(
+            f"{run['recipe']} {run.get('depth')}: {value['label']}: {value['score']:.2f}"
+            + (f"  [{value['signature']}]" if "signature" in value else "")
+        )
     return result
 
 
@@ -161,9 +199,26 @@ def score_subset(run, run_dir, data_bin, root, checkpoint, subset, lenpen, spm, 
     "sentences"."""
     gen = run.get("generate", {})
     cpu = (not torch.cuda.is_available()) if cpu is None else cpu
-    cmd = [BIN / "fairseq-generate", data_bin, "--user-dir", PLUGIN_DIR, "--path", checkpoint, "--gen-subset", subset,
-           "--beam", gen.get("beam", 5), "--lenpen", lenpen, "--max-tokens", max_tokens,
-           "--remove-bpe", "sentencepiece" if spm else "subword_nmt", *(["--cpu"] if cpu else []), *gen.get("extra", [])]
+    cmd = [
+        BIN / "fairseq-generate",
+        data_bin,
+        "--user-dir",
+        PLUGIN_DIR,
+        "--path",
+        checkpoint,
+        "--gen-subset",
+        subset,
+        "--beam",
+        gen.get("beam", 5),
+        "--lenpen",
+        lenpen,
+        "--max-tokens",
+        max_tokens,
+        "--remove-bpe",
+        "sentencepiece" if spm else "subword_nmt",
+        *(["--cpu"] if cpu else []),
+        *gen.get("extra", []),
+    ]
     log = run_dir / f"generate-{subset}.log"
     log.unlink(missing_ok=True)
     run_logged(cmd, log, f"{run['recipe']} generate {subset}", echo=lambda line: "Generate " in line)
@@ -177,8 +232,14 @@ def score_subset(run, run_dir, data_bin, root, checkpoint, subset, lenpen, spm, 
         hyps_tok, hyps_detok = hyps, [detok.detokenize(h.split()) for h in hyps]
     write_lines(run_dir / f"{subset}.hyp.tok.{tgt}", hyps_tok)
     write_lines(run_dir / f"{subset}.hyp.detok.{tgt}", hyps_detok)
-    refs = {kind_: read_lines(root / f"{subset}.{kind_}.{tgt}") if (root / f"{subset}.{kind_}.{tgt}").is_file() else None for kind_ in ("tok", "raw")}
+    refs = {
+        kind_: read_lines(root / f"{subset}.{kind_}.{tgt}") if (root / f"{subset}.{kind_}.{tgt}").is_file() else None
+        for kind_ in ("tok", "raw")
+    }
     for kind_, lines in refs.items():
         if lines is not None and len(lines) != len(hyps):
             raise ValueError(f"{root / f'{subset}.{kind_}.{tgt}'}: {len(lines)} references for {len(hyps)} hypotheses")
-    return {**score(hyps_tok, hyps_detok, refs["tok"], refs["raw"], lowercase=gen.get("lowercase", False)), "sentences": len(hyps)}
+    return {
+        **score(hyps_tok, hyps_detok, refs["tok"], refs["raw"], lowercase=gen.get("lowercase", False)),
+        "sentences": len(hyps),
+    }

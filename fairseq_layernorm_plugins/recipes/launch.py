@@ -7,6 +7,7 @@ across SLURM nodes (one task per GPU, fairseq's SLURM setup), or CPU processes u
 ``torchrun`` with gloo (for tests). Training resumes from ``checkpoint_last.pt`` in the
 run's save dir, as fairseq does by default.
 """
+
 import copy
 import json
 import math
@@ -118,24 +119,44 @@ class Launch:
         """The full command line (a list); under SLURM every task (one per GPU) runs it."""
         entry = self.train_entry or str(BIN / "fairseq-train")
         if self.cpu_workers > 1:
-            return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(self.cpu_workers),
-                    "--master_port", str(self.master_port), entry, *self.fairseq_args()]
+            return [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--nproc_per_node",
+                str(self.cpu_workers),
+                "--master_port",
+                str(self.master_port),
+                entry,
+                *self.fairseq_args(),
+            ]
         return [entry, *self.fairseq_args()]
 
     def describe(self):
         max_tokens, update_freq = self.plan()
-        return (f"{self.recipe.name}: {self.workers} {'CPU process' if self.cpu_workers else 'GPU'}(s) x {max_tokens} tokens x "
-                f"update-freq {update_freq} = {self.workers * max_tokens * update_freq} tokens/update "
-                f"(recipe: {self.recipe.tokens_per_update}), {self.effective_precision}")
+        return (
+            f"{self.recipe.name}: {self.workers} {'CPU process' if self.cpu_workers else 'GPU'}(s) x {max_tokens} tokens x "
+            f"update-freq {update_freq} = {self.workers * max_tokens * update_freq} tokens/update "
+            f"(recipe: {self.recipe.tokens_per_update}), {self.effective_precision}"
+        )
 
     def record(self):
         """What evaluation and tables need to know about this run (written as run.json)."""
         recipe = self.recipe
-        return {"recipe": recipe.name.split("@")[0], "depth": recipe.data.get("depth"), "data": str(self.data),
-                "save_dir": str(self.save_dir), "workers": self.workers, "precision": self.effective_precision,
-                "plan": dict(zip(("max_tokens", "update_freq"), self.plan())), "generate": recipe.data.get("generate", {}),
-                "paper": recipe.data.get("paper"), "source_lang": recipe.fairseq["task"]["source_lang"],
-                "target_lang": recipe.fairseq["task"]["target_lang"], "command": shlex.join(self.command())}
+        return {
+            "recipe": recipe.name.split("@")[0],
+            "depth": recipe.data.get("depth"),
+            "data": str(self.data),
+            "save_dir": str(self.save_dir),
+            "workers": self.workers,
+            "precision": self.effective_precision,
+            "plan": dict(zip(("max_tokens", "update_freq"), self.plan())),
+            "generate": recipe.data.get("generate", {}),
+            "paper": recipe.data.get("paper"),
+            "source_lang": recipe.fairseq["task"]["source_lang"],
+            "target_lang": recipe.fairseq["task"]["target_lang"],
+            "command": shlex.join(self.command()),
+        }
 
 
 def process_rank():
@@ -165,8 +186,12 @@ def run_logged(cmd, log_path, label, echo=lambda line: True, env=None):
     """Run ``cmd``, appending its output to ``log_path`` and echoing the lines ``echo``
     selects (progress); raise with the log's tail if it fails."""
     print(f"[{label}] $ {shlex.join(map(str, cmd))}", flush=True)
-    with open(log_path, "a") as log, subprocess.Popen(list(map(str, cmd)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                                        text=True, env=env) as proc:
+    with (
+        open(log_path, "a") as log,
+        subprocess.Popen(
+            list(map(str, cmd)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+        ) as proc,
+    ):
         for line in proc.stdout:
             log.write(line)
             if echo(line):
@@ -177,7 +202,17 @@ def run_logged(cmd, log_path, label, echo=lambda line: True, env=None):
 
 
 def is_progress(line):
-    return any(tag in line for tag in ("| train_inner |", "| valid |", "| train |", "Admin: profiled", "loaded checkpoint", "done training"))
+    return any(
+        tag in line
+        for tag in (
+            "| train_inner |",
+            "| valid |",
+            "| train |",
+            "Admin: profiled",
+            "loaded checkpoint",
+            "done training",
+        )
+    )
 
 
 def train(launch, run_dir, env=None):

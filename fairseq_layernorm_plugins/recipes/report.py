@@ -7,6 +7,7 @@ reports (``paper.compare`` in the recipe). Written as Markdown and CSV. Plots: p
 the training and validation loss (and validation BLEU, with ``--eval-bleu``) per epoch,
 parsed from fairseq's ``--log-format json`` logs.
 """
+
 import argparse
 import csv
 import io
@@ -15,7 +16,7 @@ import logging
 import statistics
 from collections import defaultdict
 from pathlib import Path
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 
 def collect(paths):
@@ -37,7 +38,7 @@ class Row(NamedTuple):
     method: str
     depth: str
     mean: float
-    std: Optional[float]
+    std: float | None
     seeds: int
     paper_bleu: object  # a number, "failed", or None
     label: str  # what our number is (the metric's label)
@@ -60,7 +61,9 @@ def table_rows(results, table):
     for (recipe, depth), scores in sorted(cells.items(), key=lambda kv: (kv[0][0], _depth_key(kv[0][1]))):
         paper_bleu, label, paper = meta[recipe, depth]
         std = statistics.stdev(scores) if len(scores) > 1 else None
-        rows.append(Row(recipe.rsplit("/", 1)[1], depth, statistics.mean(scores), std, len(scores), paper_bleu, label, paper))
+        rows.append(
+            Row(recipe.rsplit("/", 1)[1], depth, statistics.mean(scores), std, len(scores), paper_bleu, label, paper)
+        )
     return rows
 
 
@@ -82,7 +85,12 @@ def render(rows, table):
     if papers:
         approx = " (approximate, read off a plot)" if any(p.get("approximate") for p in papers) else ""
         lines += [f"paper: {papers[0].get('source', '')}; {papers[0].get('metric', '')}{approx}", ""]
-    lines += [f"ours: {rows[0].label}; mean +- std over seeds (n)", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += [
+        f"ours: {rows[0].label}; mean +- std over seeds (n)",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+    ]
     out = io.StringIO()
     writer = csv.writer(out)
     writer.writerow(["method", "depth", "ours_mean", "ours_std", "seeds", "paper", "diff"])
@@ -95,10 +103,22 @@ def render(rows, table):
                 continue
             paper = row.paper_bleu
             diff = row.mean - paper if isinstance(paper, (int, float)) else None
-            cells += [f"{row.mean:.2f}" + (f" +- {row.std:.2f}" if row.std is not None else "") + f" ({row.seeds})", _number(paper),
-                      f"{diff:+.2f}" if diff is not None else ""]
-            writer.writerow([method, depth, f"{row.mean:.2f}", "" if row.std is None else f"{row.std:.2f}", row.seeds, _number(paper),
-                             "" if diff is None else f"{diff:+.2f}"])
+            cells += [
+                f"{row.mean:.2f}" + (f" +- {row.std:.2f}" if row.std is not None else "") + f" ({row.seeds})",
+                _number(paper),
+                f"{diff:+.2f}" if diff is not None else "",
+            ]
+            writer.writerow(
+                [
+                    method,
+                    depth,
+                    f"{row.mean:.2f}",
+                    "" if row.std is None else f"{row.std:.2f}",
+                    row.seeds,
+                    _number(paper),
+                    "" if diff is None else f"{diff:+.2f}",
+                ]
+            )
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n", out.getvalue()
 
@@ -120,15 +140,29 @@ def read_log_curves(log_path):
             curves["end"] = {"update": max(update, curves["end"]["update"]), "wall": max(wall, curves["end"]["wall"])}
             if inner:
                 epoch_at[update] = float(record["update"])  # fairseq logs epoch - 1 + progress here
-                curves["train"].append({"epoch": epoch_at[update], "update": update, "loss": float(record["loss"]), "wall": wall,
-                                        "wps": _optional(record.get("wps")), "loss_scale": _optional(record.get("loss_scale"))})
+                curves["train"].append(
+                    {
+                        "epoch": epoch_at[update],
+                        "update": update,
+                        "loss": float(record["loss"]),
+                        "wall": wall,
+                        "wps": _optional(record.get("wps")),
+                        "loss_scale": _optional(record.get("loss_scale")),
+                    }
+                )
         elif "| valid | {" in line:
             record = json.loads(line.split("| valid | ", 1)[1])
             update = int(record.get("valid_num_updates", 0))
             bleu = record.get("valid_bleu")
-            curves["valid"].append({"epoch": _epoch_at(epoch_at, update, float(record["epoch"])), "update": update,
-                                    "loss": float(record["valid_loss"]), "nll_loss": float(record.get("valid_nll_loss", "nan")),
-                                    "bleu": None if bleu is None else float(bleu)})
+            curves["valid"].append(
+                {
+                    "epoch": _epoch_at(epoch_at, update, float(record["epoch"])),
+                    "update": update,
+                    "loss": float(record["valid_loss"]),
+                    "nll_loss": float(record.get("valid_nll_loss", "nan")),
+                    "bleu": None if bleu is None else float(bleu),
+                }
+            )
     return curves
 
 
@@ -159,9 +193,18 @@ def baseline_rows(run_dirs, baseline="postln"):
         result = json.loads((run_dir / "results.json").read_text())
         curves = read_log_curves(run_dir / "train.log")
         bleu = result["bleu"][result["headline"]]
-        rows.append({"method": result["recipe"].rsplit("/", 1)[-1], "bleu": bleu["score"], "label": bleu["label"],
-                     "signature": bleu.get("signature"), "sentences": result["sentences"], "updates": curves["end"]["update"],
-                     "minutes": curves["end"]["wall"] / 60, "valid_loss": curves["valid"][-1]["loss"] if curves["valid"] else None})
+        rows.append(
+            {
+                "method": result["recipe"].rsplit("/", 1)[-1],
+                "bleu": bleu["score"],
+                "label": bleu["label"],
+                "signature": bleu.get("signature"),
+                "sentences": result["sentences"],
+                "updates": curves["end"]["update"],
+                "minutes": curves["end"]["wall"] / 60,
+                "valid_loss": curves["valid"][-1]["loss"] if curves["valid"] else None,
+            }
+        )
     base = next((r for r in rows if r["method"] == baseline), None)
     for row in rows:
         for key in ("bleu", "updates", "minutes"):
@@ -175,21 +218,65 @@ def baseline_report(run_dirs, out, title, baseline="postln", notes=()):
     OUT.png (loss curves); returns the Markdown."""
     rows = baseline_rows(run_dirs, baseline)
     signatures = sorted({r["signature"] for r in rows if r["signature"]})
-    header = ["method", "BLEU", f"vs {baseline}", "updates", f"vs {baseline}", "training min", f"vs {baseline}", "final valid loss"]
-    lines = [f"### {title}", "", f"BLEU: {rows[0]['label']} on {rows[0]['sentences']} test sentences"
-             + (f" [{', '.join(signatures)}]" if signatures else "") + "; one seed.", "",
-             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    header = [
+        "method",
+        "BLEU",
+        f"vs {baseline}",
+        "updates",
+        f"vs {baseline}",
+        "training min",
+        f"vs {baseline}",
+        "final valid loss",
+    ]
+    lines = [
+        f"### {title}",
+        "",
+        f"BLEU: {rows[0]['label']} on {rows[0]['sentences']} test sentences"
+        + (f" [{', '.join(signatures)}]" if signatures else "")
+        + "; one seed.",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+    ]
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(f"{out}.csv.tmp", "w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["method", "bleu", "bleu_diff", "updates", "updates_diff", "minutes", "minutes_diff", "valid_loss", "signature"])
+        writer.writerow(
+            [
+                "method",
+                "bleu",
+                "bleu_diff",
+                "updates",
+                "updates_diff",
+                "minutes",
+                "minutes_diff",
+                "valid_loss",
+                "signature",
+            ]
+        )
         for r in rows:
-            diffs = [("" if r[f"{k}_diff"] is None else fmt.format(round(r[f"{k}_diff"], digits) + 0)) for k, fmt, digits in
-                     (("bleu", "{:+.2f}", 2), ("updates", "{:+d}", 0), ("minutes", "{:+.1f}", 1))]  # + 0: no "-0.0"
+            diffs = [
+                ("" if r[f"{k}_diff"] is None else fmt.format(round(r[f"{k}_diff"], digits) + 0))
+                for k, fmt, digits in (("bleu", "{:+.2f}", 2), ("updates", "{:+d}", 0), ("minutes", "{:+.1f}", 1))
+            ]  # + 0: no "-0.0"
             valid = "" if r["valid_loss"] is None else f"{r['valid_loss']:.3f}"
-            lines.append(f"| {r['method']} | {r['bleu']:.2f} | {diffs[0]} | {r['updates']} | {diffs[1]} | {r['minutes']:.1f} | {diffs[2]} | {valid} |")
-            writer.writerow([r["method"], f"{r['bleu']:.2f}", diffs[0], r["updates"], diffs[1], f"{r['minutes']:.2f}", diffs[2], valid, r["signature"] or ""])
+            lines.append(
+                f"| {r['method']} | {r['bleu']:.2f} | {diffs[0]} | {r['updates']} | {diffs[1]} | {r['minutes']:.1f} | {diffs[2]} | {valid} |"
+            )
+            writer.writerow(
+                [
+                    r["method"],
+                    f"{r['bleu']:.2f}",
+                    diffs[0],
+                    r["updates"],
+                    diffs[1],
+                    f"{r['minutes']:.2f}",
+                    diffs[2],
+                    valid,
+                    r["signature"] or "",
+                ]
+            )
     markdown = "\n".join(lines + ([""] + [f"- {note}" for note in notes] if notes else [])) + "\n"
     Path(f"{out}.md.tmp").write_text(markdown)
     plot_curves(run_dirs, f"{out}.png", title=title)
@@ -217,16 +304,30 @@ def plot_curves(run_dirs, output, title=""):
     runs = []
     for run_dir in map(Path, run_dirs):
         run = json.loads((run_dir / "run.json").read_text())
-        runs.append((f"{run['recipe'].rsplit('/', 1)[-1]} {run.get('depth') or ''}".strip(), read_log_curves(run_dir / "train.log")))
+        runs.append(
+            (
+                f"{run['recipe'].rsplit('/', 1)[-1]} {run.get('depth') or ''}".strip(),
+                read_log_curves(run_dir / "train.log"),
+            )
+        )
     has_bleu = any(v["bleu"] is not None for _, c in runs for v in c["valid"])
     fig, axes = plt.subplots(1, 3 if has_bleu else 2, figsize=(15 if has_bleu else 10, 4))
     for label, curves in runs:
-        for ax, key, points in ((axes[0], "loss", curves["train"]), (axes[1], "loss", curves["valid"]),
-                                (axes[-1] if has_bleu else None, "bleu", curves["valid"])):
+        for ax, key, points in (
+            (axes[0], "loss", curves["train"]),
+            (axes[1], "loss", curves["valid"]),
+            (axes[-1] if has_bleu else None, "bleu", curves["valid"]),
+        ):
             if ax is not None and points:
-                ax.plot([p["epoch"] for p in points], [float("nan") if p[key] is None else p[key] for p in points],
-                        marker="o" if points is curves["valid"] else None, label=label)
-    for ax, (x, y) in zip(axes, [("epoch", "training loss"), ("epoch", "validation loss"), ("epoch", "validation BLEU")]):
+                ax.plot(
+                    [p["epoch"] for p in points],
+                    [float("nan") if p[key] is None else p[key] for p in points],
+                    marker="o" if points is curves["valid"] else None,
+                    label=label,
+                )
+    for ax, (x, y) in zip(
+        axes, [("epoch", "training loss"), ("epoch", "validation loss"), ("epoch", "validation BLEU")]
+    ):
         ax.set_xlabel(x)
         ax.set_ylabel(y)
         ax.grid(alpha=0.3)
@@ -241,6 +342,7 @@ def plot_curves(run_dirs, output, title=""):
     tmp.replace(output)
     return output
 
+
 MAIN_DOC = """Collect evaluated runs into a paper's table (Markdown + CSV, ours beside the
 paper's number) and plot their training curves (PNG):
 
@@ -253,7 +355,9 @@ wmt14/b2t); every run under the given paths whose recipe is in it is included.
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=MAIN_DOC.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=MAIN_DOC.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("paths", nargs="+", help="run directories or folders holding runs (with results.json)")
     parser.add_argument("--table", required=True, help="recipe directory, e.g. wmt14/admin")
     parser.add_argument("--out", required=True, help="output prefix: writes OUT.md, OUT.csv, OUT.png")

@@ -4,6 +4,7 @@ training then evaluation on rank 0, requeued on preemption or timeout (training 
 from ``checkpoint_last.pt``). ``write_sbatch`` writes the equivalent sbatch scripts for
 clusters where submitit is not wanted.
 """
+
 import json
 import os
 import shlex
@@ -36,12 +37,24 @@ class GridRun:
 
     def launch(self, slurm=False):
         recipe = load_recipe(self.recipe, Path(self.config_dir)).with_depth(self.depth)
-        return Launch(recipe, str(data_bin(self.data, recipe, Path(self.config_dir).parent)), str(self.run_dir(recipe) / "checkpoints"), gpus=self.gpus, nodes=self.nodes,
-                      cpu_workers=self.cpu_workers, precision=self.precision, seed=self.seed, slurm=slurm,
-                      master_port=self.master_port, extra=list(self.extra))
+        return Launch(
+            recipe,
+            str(data_bin(self.data, recipe, Path(self.config_dir).parent)),
+            str(self.run_dir(recipe) / "checkpoints"),
+            gpus=self.gpus,
+            nodes=self.nodes,
+            cpu_workers=self.cpu_workers,
+            precision=self.precision,
+            seed=self.seed,
+            slurm=slurm,
+            master_port=self.master_port,
+            extra=list(self.extra),
+        )
 
     def run_dir(self, recipe=None):
-        return run_dir(self.runs, recipe or load_recipe(self.recipe, Path(self.config_dir)).with_depth(self.depth), self.seed)
+        return run_dir(
+            self.runs, recipe or load_recipe(self.recipe, Path(self.config_dir)).with_depth(self.depth), self.seed
+        )
 
     def __call__(self):
         slurm = "SLURM_JOB_ID" in os.environ and self.gpus * self.nodes > 1
@@ -76,11 +89,18 @@ def submit(runs, folder, cluster=None, timeout_min=4320, partition=None, cpus_pe
     executor = submitit.AutoExecutor(folder=folder, cluster=cluster)
     jobs = []
     for run in runs:
-        params = dict(name=f"{run.recipe}-{run.depth}-s{run.seed}".replace("/", "."), timeout_min=timeout_min,
-                      nodes=run.nodes, tasks_per_node=max(1, run.gpus), cpus_per_task=cpus_per_task)
+        params = dict(
+            name=f"{run.recipe}-{run.depth}-s{run.seed}".replace("/", "."),
+            timeout_min=timeout_min,
+            nodes=run.nodes,
+            tasks_per_node=max(1, run.gpus),
+            cpus_per_task=cpus_per_task,
+        )
         if cluster != "local":
             params.update(gpus_per_node=run.gpus, slurm_signal_delay_s=120)
-            params.update({k: v for k, v in dict(slurm_partition=partition, mem_gb=mem_gb, slurm_account=account).items() if v})
+            params.update(
+                {k: v for k, v in dict(slurm_partition=partition, mem_gb=mem_gb, slurm_account=account).items() if v}
+            )
         else:
             params["tasks_per_node"] = 1
         executor.update_parameters(**params)
@@ -98,21 +118,37 @@ def write_sbatch(run, directory, timeout_min=4320, partition=None, cpus_per_task
     directory.mkdir(parents=True, exist_ok=True)
     name = f"{run.recipe}-{run.depth}-s{run.seed}".replace("/", ".")
     hours, minutes = divmod(timeout_min, 60)
-    lines = ["#!/bin/bash", f"#SBATCH --job-name={name}", f"#SBATCH --nodes={run.nodes}", f"#SBATCH --ntasks-per-node={run.gpus}",
-             f"#SBATCH --gpus-per-node={run.gpus}", f"#SBATCH --cpus-per-task={cpus_per_task}", f"#SBATCH --time={hours:02d}:{minutes:02d}:00",
-             "#SBATCH --requeue", "#SBATCH --signal=B:USR1@120", f"#SBATCH --output={run_dir}/slurm-%j.out"]
+    lines = [
+        "#!/bin/bash",
+        f"#SBATCH --job-name={name}",
+        f"#SBATCH --nodes={run.nodes}",
+        f"#SBATCH --ntasks-per-node={run.gpus}",
+        f"#SBATCH --gpus-per-node={run.gpus}",
+        f"#SBATCH --cpus-per-task={cpus_per_task}",
+        f"#SBATCH --time={hours:02d}:{minutes:02d}:00",
+        "#SBATCH --requeue",
+        "#SBATCH --signal=B:USR1@120",
+        f"#SBATCH --output={run_dir}/slurm-%j.out",
+    ]
     lines += [f"#SBATCH --partition={partition}"] * bool(partition) + [f"#SBATCH --mem={mem_gb}G"] * bool(mem_gb)
     lines += [f"#SBATCH --account={account}"] * bool(account)
-    lines += ["", f"# {launch.describe()}",
-              "# on preemption or timeout (USR1): requeue and stop here; fairseq resumes from checkpoint_last.pt",
-              'trap \'scontrol requeue "$SLURM_JOB_ID"; exit 0\' USR1', f"mkdir -p {shlex.quote(str(run_dir))}",
-              f"cat > {shlex.quote(str(run_dir / 'run.json'))} <<'JSON'", json.dumps(launch.record(), indent=1), "JSON",
-              f"srun --label {shlex.join(launch.command())} >> {shlex.quote(str(run_dir / 'train.log'))} 2>&1 &",
-              "wait $!  # returns early when USR1 arrives; the trap then requeues and exits",
-              "status=$?",
-              '[ "$status" -eq 0 ] || { echo "training exited with status $status: not evaluating" >&2; exit "$status"; }',
-              "# training ended by itself: evaluate",
-              f"python {shlex.quote(str(Path(run.config_dir).parent / 'scripts' / 'evaluate.py'))} {shlex.quote(str(run_dir))}", ""]
+    lines += [
+        "",
+        f"# {launch.describe()}",
+        "# on preemption or timeout (USR1): requeue and stop here; fairseq resumes from checkpoint_last.pt",
+        "trap 'scontrol requeue \"$SLURM_JOB_ID\"; exit 0' USR1",
+        f"mkdir -p {shlex.quote(str(run_dir))}",
+        f"cat > {shlex.quote(str(run_dir / 'run.json'))} <<'JSON'",
+        json.dumps(launch.record(), indent=1),
+        "JSON",
+        f"srun --label {shlex.join(launch.command())} >> {shlex.quote(str(run_dir / 'train.log'))} 2>&1 &",
+        "wait $!  # returns early when USR1 arrives; the trap then requeues and exits",
+        "status=$?",
+        '[ "$status" -eq 0 ] || { echo "training exited with status $status: not evaluating" >&2; exit "$status"; }',
+        "# training ended by itself: evaluate",
+        f"python {shlex.quote(str(Path(run.config_dir).parent / 'scripts' / 'evaluate.py'))} {shlex.quote(str(run_dir))}",
+        "",
+    ]
     path = directory / f"{name}.sbatch"
     path.write_text("\n".join(lines))
     return path

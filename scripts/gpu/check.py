@@ -24,6 +24,7 @@ Resumable: a run with results (``RUNS/<name>/check.json``) is not run again (``-
 reruns). ``--dry-run`` (no GPU needed): fp32 on CPU, tiny models, a few updates, 3L-3L for
 the "deep" part; it checks that the check itself works, not the GPU.
 """
+
 import argparse
 import datetime
 import json
@@ -73,12 +74,33 @@ class Budget:
     generate: tuple = ()  # decoding settings over the recipe's (beam 5, last checkpoint)
 
 
-GPU = Budget(updates=300, deep_updates=300, layers=6, deep_layers=18, dim=512, ffn=1024, heads=4, tokens=4096, log_interval=10,
-             precisions=("fp16", "bf16"), bench=("--layers", "6", "--dim", "512", "--max-tokens", "4096", "--reps", "10"))
-DRY = Budget(updates=8, deep_updates=8, layers=2, deep_layers=3, dim=32, ffn=64, heads=2, tokens=1024, log_interval=1,
-             precisions=("fp32",), bench=("--layers", "1", "--dim", "32", "--max-tokens", "512", "--reps", "1", "--warmup", "1",
-                                          "--no-memory"),
-             generate=(("beam", 2), ("extra", ["--max-len-a", "1.2", "--max-len-b", "5"])))
+GPU = Budget(
+    updates=300,
+    deep_updates=300,
+    layers=6,
+    deep_layers=18,
+    dim=512,
+    ffn=1024,
+    heads=4,
+    tokens=4096,
+    log_interval=10,
+    precisions=("fp16", "bf16"),
+    bench=("--layers", "6", "--dim", "512", "--max-tokens", "4096", "--reps", "10"),
+)
+DRY = Budget(
+    updates=8,
+    deep_updates=8,
+    layers=2,
+    deep_layers=3,
+    dim=32,
+    ffn=64,
+    heads=2,
+    tokens=1024,
+    log_interval=1,
+    precisions=("fp32",),
+    bench=("--layers", "1", "--dim", "32", "--max-tokens", "512", "--reps", "1", "--warmup", "1", "--no-memory"),
+    generate=(("beam", 2), ("extra", ["--max-len-a", "1.2", "--max-len-b", "5"])),
+)
 
 
 @dataclass(frozen=True)
@@ -115,16 +137,32 @@ def run_recipe(run, budget):
     name = METHODS[run.method][0]
     recipe = load_recipe(f"iwslt14_mini/{name}")
     depth = f"{run.layers}L-{run.layers}L"
-    data = merge(recipe.data, {
-        "depths": {depth: {}}, "tokens_per_update": budget.tokens, "precision": run.precision, "generate": dict(budget.generate),
-        "fairseq": {"model": {"encoder_embed_dim": budget.dim, "decoder_embed_dim": budget.dim, "encoder_ffn_embed_dim": budget.ffn,
-                              "decoder_ffn_embed_dim": budget.ffn, "encoder_attention_heads": budget.heads,
-                              "decoder_attention_heads": budget.heads},
-                    "optimization": {"lr": load_recipe(f"iwslt14/{name}").fairseq["optimization"]["lr"], "max_update": run.updates},
-                    "dataset": {"max_tokens": budget.tokens},
-                    "checkpoint": {"no_save": False, "no_epoch_checkpoints": True},
-                    "common": {"log_interval": budget.log_interval}},
-    })
+    data = merge(
+        recipe.data,
+        {
+            "depths": {depth: {}},
+            "tokens_per_update": budget.tokens,
+            "precision": run.precision,
+            "generate": dict(budget.generate),
+            "fairseq": {
+                "model": {
+                    "encoder_embed_dim": budget.dim,
+                    "decoder_embed_dim": budget.dim,
+                    "encoder_ffn_embed_dim": budget.ffn,
+                    "decoder_ffn_embed_dim": budget.ffn,
+                    "encoder_attention_heads": budget.heads,
+                    "decoder_attention_heads": budget.heads,
+                },
+                "optimization": {
+                    "lr": load_recipe(f"iwslt14/{name}").fairseq["optimization"]["lr"],
+                    "max_update": run.updates,
+                },
+                "dataset": {"max_tokens": budget.tokens},
+                "checkpoint": {"no_save": False, "no_epoch_checkpoints": True},
+                "common": {"log_interval": budget.log_interval},
+            },
+        },
+    )
     return Recipe(recipe.name, recipe.path, data).with_depth(depth)
 
 
@@ -145,10 +183,24 @@ def train_run(run, args):
         import shutil
 
         shutil.rmtree(run_dir / "checkpoints")
-    launch = Launch(recipe, str(Path(args.data) / "bin"), str(run_dir / "checkpoints"), cpu_workers=1 if args.dry_run else 0,
-                    precision=run.precision, seed=1, extra=extra)
-    record = {"name": run.name, "part": run.part, "method": run.method, "label": METHODS[run.method][2], "precision": run.precision,
-              "layers": run.layers, "updates_planned": run.updates}
+    launch = Launch(
+        recipe,
+        str(Path(args.data) / "bin"),
+        str(run_dir / "checkpoints"),
+        cpu_workers=1 if args.dry_run else 0,
+        precision=run.precision,
+        seed=1,
+        extra=extra,
+    )
+    record = {
+        "name": run.name,
+        "part": run.part,
+        "method": run.method,
+        "label": METHODS[run.method][2],
+        "precision": run.precision,
+        "layers": run.layers,
+        "updates_planned": run.updates,
+    }
     start = time.time()
     try:
         train(launch, run_dir)
@@ -224,25 +276,43 @@ def omega_comparison(records):
         if reference is None or "admin_profile" not in r:
             row["error"] = "no profile" if reference else "no fp32 reference profile"
         else:
-            diffs = [abs(x["omega"] - y["omega"]) / abs(y["omega"])
-                     for stack in ("encoder", "decoder") for x, y in zip(r["admin_profile"][stack], reference["admin_profile"][stack])]
+            diffs = [
+                abs(x["omega"] - y["omega"]) / abs(y["omega"])
+                for stack in ("encoder", "decoder")
+                for x, y in zip(r["admin_profile"][stack], reference["admin_profile"][stack])
+            ]
             count = sum(len(reference["admin_profile"][s]) for s in ("encoder", "decoder"))
-            row.update(omegas=count, compared=len(diffs), max_rel_diff=max(diffs) if diffs else None,
-                       equal=len(diffs) == count and max(diffs) <= OMEGA_TOLERANCE)
+            row.update(
+                omegas=count,
+                compared=len(diffs),
+                max_rel_diff=max(diffs) if diffs else None,
+                equal=len(diffs) == count and max(diffs) <= OMEGA_TOLERANCE,
+            )
         rows.append(row)
     return rows
 
 
-_BENCH_LINE = re.compile(r"^(transformer_\w+)\s+speed ratio ([\d.]+) \(spread ([\d.]+)-([\d.]+)\).*?matmul FLOPs ratio ([\d.]+)"
-                         r"(?:; peak memory ratio ([\d.]+))?")
+_BENCH_LINE = re.compile(
+    r"^(transformer_\w+)\s+speed ratio ([\d.]+) \(spread ([\d.]+)-([\d.]+)\).*?matmul FLOPs ratio ([\d.]+)"
+    r"(?:; peak memory ratio ([\d.]+))?"
+)
 _BENCH_BASE = re.compile(r"baseline fairseq transformer (\d+) wps")
 
 
 def throughput(precision, args):
     """Part c: run benchmarks/throughput.py once for ``precision``; its ratios per arch."""
     device = "cpu" if args.dry_run else "cuda"
-    cmd = [sys.executable, str(REPO / "benchmarks" / "throughput.py"), "--data", str(Path(args.data) / "bin"), "--device", device,
-           "--precision", precision, *args.budget.bench]
+    cmd = [
+        sys.executable,
+        str(REPO / "benchmarks" / "throughput.py"),
+        "--data",
+        str(Path(args.data) / "bin"),
+        "--device",
+        device,
+        "--precision",
+        precision,
+        *args.budget.bench,
+    ]
     print(f"[throughput {precision}] $ {shlex.join(cmd)}", flush=True)
     proc = subprocess.run(cmd, capture_output=True, text=True)
     out = proc.stdout + proc.stderr
@@ -253,8 +323,12 @@ def throughput(precision, args):
     for line in proc.stdout.splitlines():
         if match := _BENCH_LINE.match(line):
             arch, speed, low, high, flops, memory = match.groups()
-            result["archs"][arch] = {"speed_ratio": float(speed), "spread": [float(low), float(high)], "flops_ratio": float(flops),
-                                     "memory_ratio": None if memory is None else float(memory)}
+            result["archs"][arch] = {
+                "speed_ratio": float(speed),
+                "spread": [float(low), float(high)],
+                "flops_ratio": float(flops),
+                "memory_ratio": None if memory is None else float(memory),
+            }
         elif match := _BENCH_BASE.search(line):
             result["baseline_wps"] = int(match.group(1))
     return result
@@ -263,8 +337,12 @@ def throughput(precision, args):
 def device_facts(dry_run):
     import torch
 
-    facts = {"torch": torch.__version__, "cuda": torch.version.cuda, "python": sys.version.split()[0],
-             "date": datetime.date.today().isoformat()}
+    facts = {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "python": sys.version.split()[0],
+        "date": datetime.date.today().isoformat(),
+    }
     if torch.cuda.is_available() and not dry_run:
         facts["device"] = torch.cuda.get_device_name(0)
         facts["memory_gib"] = round(torch.cuda.get_device_properties(0).total_memory / 2**30, 1)
@@ -286,51 +364,89 @@ def _f(value, digits=2):
 
 
 def _training_table(records, title):
-    lines = [f"### {title}", "",
-             "| method | precision | updates | first -> last train loss | finite | falling | valid loss | loss scale min / last "
-             "| words/s | BLEU tok | SacreBLEU |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"### {title}",
+        "",
+        "| method | precision | updates | first -> last train loss | finite | falling | valid loss | loss scale min / last "
+        "| words/s | BLEU tok | SacreBLEU |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in records:
         if "error" in r:
-            lines.append(f"| {r['label']} | {r['precision']} | {r.get('updates', '')} | **failed**: {r['error']} | | | | | | | |")
+            lines.append(
+                f"| {r['label']} | {r['precision']} | {r.get('updates', '')} | **failed**: {r['error']} | | | | | | | |"
+            )
             continue
         scale = f"{_f(r['loss_scale_min'], 4)} / {_f(r['loss_scale_last'], 4)}" if r["loss_scale"] else "n/a"
         bleu = r.get("bleu", {})
-        lines.append(f"| {r['label']} | {r['precision']} | {r['updates']} | {_f(r['first_loss'])} -> {_f(r['last_loss'])} | "
-                     f"{'yes' if r['finite'] else '**no**'} | {'yes' if r['falling'] else '**no**'} | {_f(r['valid_loss'])} | {scale} | "
-                     f"{_f(r['wps'], 0)} | {_f(bleu.get('tokenized'))} | {_f(bleu.get('sacrebleu'))} |")
+        lines.append(
+            f"| {r['label']} | {r['precision']} | {r['updates']} | {_f(r['first_loss'])} -> {_f(r['last_loss'])} | "
+            f"{'yes' if r['finite'] else '**no**'} | {'yes' if r['falling'] else '**no**'} | {_f(r['valid_loss'])} | {scale} | "
+            f"{_f(r['wps'], 0)} | {_f(bleu.get('tokenized'))} | {_f(bleu.get('sacrebleu'))} |"
+        )
     return lines + [""]
 
 
 def render(report):
     """check.md from the report dict."""
     facts = report["facts"]
-    lines = ["# GPU check", "", f"Device: {facts['device']}; torch {facts['torch']} (CUDA {facts['cuda']}), Python {facts['python']}; "
-             f"{facts['date']}; {report['minutes']:.1f} min.", "", "Command:", "", f"    {report['command']}", "",
-             "Loss values: fairseq's label-smoothed loss in bits; first / last: means over the first and last quarter of the "
-             f"logged intervals. BLEU on the {report.get('sentences', '')} IWSLT14-mini test lines, beam "
-             f"{dict(report['budget']['generate']).get('beam', 5)}, last checkpoint.", ""]
+    lines = [
+        "# GPU check",
+        "",
+        f"Device: {facts['device']}; torch {facts['torch']} (CUDA {facts['cuda']}), Python {facts['python']}; "
+        f"{facts['date']}; {report['minutes']:.1f} min.",
+        "",
+        "Command:",
+        "",
+        f"    {report['command']}",
+        "",
+        "Loss values: fairseq's label-smoothed loss in bits; first / last: means over the first and last quarter of the "
+        f"logged intervals. BLEU on the {report.get('sentences', '')} IWSLT14-mini test lines, beam "
+        f"{dict(report['budget']['generate']).get('beam', 5)}, last checkpoint.",
+        "",
+    ]
     by_part = {p: [r for r in report["runs"] if r["part"] == p] for p in "abd"}
     if by_part["a"]:
         lines += _training_table(by_part["a"], "a. Every method, mixed precision")
     if report.get("omegas") is not None:
-        lines += ["### b. Admin's omegas under half precision vs fp32", "", "| precision | omegas compared | max relative difference | equal |",
-                  "|---|---|---|---|"]
+        lines += [
+            "### b. Admin's omegas under half precision vs fp32",
+            "",
+            "| precision | omegas compared | max relative difference | equal |",
+            "|---|---|---|---|",
+        ]
         for row in report["omegas"]:
-            lines.append(f"| {row['precision']} | {row.get('compared', '')} | {_f(row.get('max_rel_diff'), 8) if 'error' not in row else row['error']} | "
-                         f"{'yes' if row.get('equal') else '**no**'} |")
+            lines.append(
+                f"| {row['precision']} | {row.get('compared', '')} | {_f(row.get('max_rel_diff'), 8) if 'error' not in row else row['error']} | "
+                f"{'yes' if row.get('equal') else '**no**'} |"
+            )
         lines += ["", f"Equal means within {OMEGA_TOLERANCE:g} relative.", ""]
     for bench in report.get("throughput", []):
-        lines += [f"### c. Throughput vs fairseq `transformer`, {bench['precision']} ({bench['device']})", "", f"    {bench['command']}", ""]
+        lines += [
+            f"### c. Throughput vs fairseq `transformer`, {bench['precision']} ({bench['device']})",
+            "",
+            f"    {bench['command']}",
+            "",
+        ]
         if "error" in bench:
             lines += [f"**failed**: {bench['error']}", ""]
             continue
-        lines += [f"Baseline: {bench.get('baseline_wps', '?')} words/s.", "", "| arch | speed ratio (median) | spread | peak memory ratio |",
-                  "|---|---|---|---|"]
+        lines += [
+            f"Baseline: {bench.get('baseline_wps', '?')} words/s.",
+            "",
+            "| arch | speed ratio (median) | spread | peak memory ratio |",
+            "|---|---|---|---|",
+        ]
         for arch, row in bench["archs"].items():
-            lines.append(f"| {arch} | {row['speed_ratio']:.3f} | {row['spread'][0]:.3f}-{row['spread'][1]:.3f} | {_f(row['memory_ratio'], 3)} |")
+            lines.append(
+                f"| {arch} | {row['speed_ratio']:.3f} | {row['spread'][0]:.3f}-{row['spread'][1]:.3f} | {_f(row['memory_ratio'], 3)} |"
+            )
         lines.append("")
     if by_part["d"]:
-        lines += _training_table(by_part["d"], f"d. {by_part['d'][0]['layers']}L-{by_part['d'][0]['layers']}L, {by_part['d'][0]['precision']}, same budget")
+        lines += _training_table(
+            by_part["d"],
+            f"d. {by_part['d'][0]['layers']}L-{by_part['d'][0]['layers']}L, {by_part['d'][0]['precision']}, same budget",
+        )
     return "\n".join(lines)
 
 
@@ -361,18 +477,27 @@ def plot(report, path):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     bundled = REPO / "gpu_bundle" / "data" / "iwslt14-mini"
     default_data = bundled if bundled.is_dir() else REPO / "data" / "iwslt14-mini-gpu"
     parser.add_argument("--out", required=True, help="writes OUT/check.json, OUT/check.md, OUT/check.png")
-    parser.add_argument("--data", default=str(default_data),
-                        help=f"prepared IWSLT14-mini folder (default: {default_data.relative_to(REPO)}; scripts/gpu/collect.py makes it)")
-    parser.add_argument("--runs", default=str(REPO / "runs" / "gpu-check"), help="training runs (default: runs/gpu-check)")
+    parser.add_argument(
+        "--data",
+        default=str(default_data),
+        help=f"prepared IWSLT14-mini folder (default: {default_data.relative_to(REPO)}; scripts/gpu/collect.py makes it)",
+    )
+    parser.add_argument(
+        "--runs", default=str(REPO / "runs" / "gpu-check"), help="training runs (default: runs/gpu-check)"
+    )
     parser.add_argument("--parts", default=PARTS, help=f"which parts, from {PARTS} (default: all)")
     parser.add_argument("--jobs", type=int, help="training runs at once (default: 4 on a GPU, 2 in a dry run)")
     parser.add_argument("--updates", type=int, help="updates per run of parts a (default: 300; dry run 8)")
     parser.add_argument("--deep-updates", type=int, help="updates per run of part d (default: 300; dry run 8)")
-    parser.add_argument("--dry-run", action="store_true", help="CPU, fp32, tiny models and budgets: checks the check itself")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="CPU, fp32, tiny models and budgets: checks the check itself"
+    )
     parser.add_argument("--force", action="store_true", help="rerun runs that already have results")
     args = parser.parse_args(argv)
     if set(args.parts) - set(PARTS):
@@ -382,13 +507,24 @@ def main(argv=None):
     if not args.dry_run and not torch.cuda.is_available():
         parser.exit(2, "error: no CUDA device; run with --dry-run to check the check on CPU\n")
     if not (Path(args.data) / "bin").is_dir():
-        parser.exit(2, f"error: {args.data}: no bin/ folder; prepare it with scripts/gpu/collect.py or scripts/prepare_iwslt14_mini.py\n")
+        parser.exit(
+            2,
+            f"error: {args.data}: no bin/ folder; prepare it with scripts/gpu/collect.py or scripts/prepare_iwslt14_mini.py\n",
+        )
     budget = DRY if args.dry_run else GPU
-    args.budget = budget = replace(budget, updates=args.updates or budget.updates, deep_updates=args.deep_updates or budget.deep_updates)
+    args.budget = budget = replace(
+        budget, updates=args.updates or budget.updates, deep_updates=args.deep_updates or budget.deep_updates
+    )
     args.jobs = args.jobs or (2 if args.dry_run else 4)
     start = time.time()
-    report = {"facts": device_facts(args.dry_run), "command": shlex.join([sys.executable, *sys.argv]) if argv is None else
-              shlex.join(["scripts/gpu/check.py", *argv]), "budget": budget.__dict__, "runs": []}
+    report = {
+        "facts": device_facts(args.dry_run),
+        "command": shlex.join([sys.executable, *sys.argv])
+        if argv is None
+        else shlex.join(["scripts/gpu/check.py", *argv]),
+        "budget": budget.__dict__,
+        "runs": [],
+    }
 
     if "c" in args.parts:  # alone on the device: timings
         report["throughput"] = [throughput(p, args) for p in budget.precisions]
@@ -411,7 +547,9 @@ def main(argv=None):
     tmp.replace(out / "check.md")
     plot(report, out / "check.png")
     print(markdown)
-    failed = [r["name"] for r in records if "error" in r] + [f"throughput {b['precision']}" for b in report.get("throughput", []) if "error" in b]
+    failed = [r["name"] for r in records if "error" in r] + [
+        f"throughput {b['precision']}" for b in report.get("throughput", []) if "error" in b
+    ]
     if failed:
         print(f"check: failed: {', '.join(failed)}", file=sys.stderr)
     print(f"check: wrote {out / 'check.md'}, {out / 'check.json'}, {out / 'check.png'} in {report['minutes']:.1f} min")

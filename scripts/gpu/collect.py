@@ -16,6 +16,7 @@ Idempotent: files already downloaded are kept, files no requirement names any mo
 removed. Prints each part's size and fails past ``--limit-mib`` (64 MiB). On the node:
 ``scripts/gpu/install.sh`` then ``scripts/gpu/check.py`` (README, "On a GPU cluster").
 """
+
 import argparse
 import shutil
 import subprocess
@@ -28,8 +29,13 @@ REQUIREMENTS = Path(__file__).with_name("requirements.txt")
 SKLEARN = Path(__file__).with_name("requirements-scikit-learn.txt")  # --with-scikit-learn
 SDISTS = {"fairseq-fixed"}  # downloaded as source: compiled on the node
 BUILT_HERE = {"antlr4-python3-runtime"}  # sdist-only on PyPI and pure Python: built into a wheel here
-PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
-             "manylinux1_x86_64")
+PLATFORMS = (
+    "manylinux_2_28_x86_64",
+    "manylinux_2_27_x86_64",
+    "manylinux_2_17_x86_64",
+    "manylinux2014_x86_64",
+    "manylinux1_x86_64",
+)
 DATA_FILES = ("stamp.json", "test.raw.de", "test.raw.en", "test.tok.de", "test.tok.en")
 
 
@@ -50,7 +56,9 @@ def requirements(*paths):
                 raise CollectError(f"{path}:{number}: expected 'name==version', got {spec!r}")
             name, version = (part.strip() for part in spec.split("=="))
             if pins.setdefault(_canonical(name), (name, version)) != (name, version):
-                raise CollectError(f"{path}:{number}: {name} pinned twice, to {pins[_canonical(name)][1]} and {version}")
+                raise CollectError(
+                    f"{path}:{number}: {name} pinned twice, to {pins[_canonical(name)][1]} and {version}"
+                )
     return list(pins.values())
 
 
@@ -65,7 +73,9 @@ def distribution_of(filename):
     from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, parse_sdist_filename, parse_wheel_filename
 
     try:
-        name, version = (parse_wheel_filename(filename) if filename.endswith(".whl") else parse_sdist_filename(filename))[:2]
+        name, version = (
+            parse_wheel_filename(filename) if filename.endswith(".whl") else parse_sdist_filename(filename)
+        )[:2]
     except (InvalidWheelFilename, InvalidSdistFilename):
         return None
     return str(name), str(version)
@@ -73,10 +83,16 @@ def distribution_of(filename):
 
 def pip(*args, label):
     """Run ``python -m pip ARGS``; on failure raise with pip's last error line."""
-    proc = subprocess.run([sys.executable, "-m", "pip", *args, "--disable-pip-version-check"], capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", *args, "--disable-pip-version-check"], capture_output=True, text=True
+    )
     if proc.returncode:
-        errors = [line for line in (proc.stderr + proc.stdout).splitlines() if line.startswith("ERROR")] or (proc.stderr or proc.stdout).splitlines()
-        raise CollectError(f"{label}: pip exited {proc.returncode}: {errors[-1] if errors else '(no output)'} (is a package index reachable?)")
+        errors = [line for line in (proc.stderr + proc.stdout).splitlines() if line.startswith("ERROR")] or (
+            proc.stderr or proc.stdout
+        ).splitlines()
+        raise CollectError(
+            f"{label}: pip exited {proc.returncode}: {errors[-1] if errors else '(no output)'} (is a package index reachable?)"
+        )
     return proc.stdout
 
 
@@ -92,14 +108,36 @@ def collect_wheels(wheels, python_version, platforms=PLATFORMS, pins=None):
         if (_canonical(name), version) in have:
             continue
         if name in SDISTS:  # metadata is read with this environment's torch and cython, not a fresh build env
-            pip("download", "--no-deps", "--no-binary", name, "--no-build-isolation", "-d", str(wheels), f"{name}=={version}", label=name)
+            pip(
+                "download",
+                "--no-deps",
+                "--no-binary",
+                name,
+                "--no-build-isolation",
+                "-d",
+                str(wheels),
+                f"{name}=={version}",
+                label=name,
+            )
         elif name in BUILT_HERE:
             pip("wheel", "--no-deps", "-w", str(wheels), f"{name}=={version}", label=name)
     missing = [spec for spec in binary if (_canonical(spec.split("==")[0]), spec.split("==")[1]) not in have]
     if missing:
         platform_args = [arg for platform in platforms for arg in ("--platform", platform)]
-        pip("download", "--no-deps", "--only-binary=:all:", "--python-version", python_version, "--implementation", "cp", *platform_args,
-            "-d", str(wheels), *missing, label="wheels")
+        pip(
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--python-version",
+            python_version,
+            "--implementation",
+            "cp",
+            *platform_args,
+            "-d",
+            str(wheels),
+            *missing,
+            label="wheels",
+        )
     for path in wheels.iterdir():
         if distribution_of(path.name) not in wanted:
             path.unlink()
@@ -111,8 +149,12 @@ def collect_wheels(wheels, python_version, platforms=PLATFORMS, pins=None):
 
 def tracked_files(repo=REPO):
     """The repository's files git does not ignore (tracked, or new and not ignored)."""
-    out = subprocess.run(["git", "-C", str(repo), "ls-files", "-z", "--cached", "--others", "--exclude-standard"], capture_output=True,
-                         text=True, check=True).stdout
+    out = subprocess.run(
+        ["git", "-C", str(repo), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return [name for name in out.split("\0") if name and (repo / name).is_file()]
 
 
@@ -133,8 +175,10 @@ def stage_data(prepared, out):
     prepared = Path(prepared)
     missing = [name for name in ("bin", *DATA_FILES) if not (prepared / name).exists()]
     if missing:
-        raise CollectError(f"{prepared}: not a prepared IWSLT14-mini folder (missing {', '.join(missing)}); "
-                           "run scripts/prepare_iwslt14_mini.py or pass --iwslt-dir")
+        raise CollectError(
+            f"{prepared}: not a prepared IWSLT14-mini folder (missing {', '.join(missing)}); "
+            "run scripts/prepare_iwslt14_mini.py or pass --iwslt-dir"
+        )
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(prepared / "bin", tmp / "bin")
@@ -151,17 +195,30 @@ def size(path):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--out", default=str(REPO / "gpu_bundle"), help="the bundle folder (default: gpu_bundle)")
     parser.add_argument("--python-version", default="3.12", help="the node's CPython, for the wheels (default 3.12)")
-    parser.add_argument("--data", default=str(REPO / "data" / "iwslt14-mini-gpu"),
-                        help="prepared IWSLT14-mini folder for the check (default: data/iwslt14-mini-gpu, made if missing)")
-    parser.add_argument("--iwslt-dir", default=str(REPO.parent / "shared" / "data" / "iwslt14"),
-                        help="the IWSLT14 files to prepare --data from (default: ../shared/data/iwslt14)")
-    parser.add_argument("--test-lines", type=int, default=1000, help="evenly spaced test lines when preparing --data (default 1000)")
+    parser.add_argument(
+        "--data",
+        default=str(REPO / "data" / "iwslt14-mini-gpu"),
+        help="prepared IWSLT14-mini folder for the check (default: data/iwslt14-mini-gpu, made if missing)",
+    )
+    parser.add_argument(
+        "--iwslt-dir",
+        default=str(REPO.parent / "shared" / "data" / "iwslt14"),
+        help="the IWSLT14 files to prepare --data from (default: ../shared/data/iwslt14)",
+    )
+    parser.add_argument(
+        "--test-lines", type=int, default=1000, help="evenly spaced test lines when preparing --data (default 1000)"
+    )
     parser.add_argument("--no-data", action="store_true", help="leave the check's data out")
-    parser.add_argument("--with-scikit-learn", action="store_true",
-                        help="also carry scikit-learn and scipy (about 42 MiB), for a node without them (fairseq imports scikit-learn)")
+    parser.add_argument(
+        "--with-scikit-learn",
+        action="store_true",
+        help="also carry scikit-learn and scipy (about 42 MiB), for a node without them (fairseq imports scikit-learn)",
+    )
     parser.add_argument("--limit-mib", type=float, default=64.0, help="fail when the bundle is larger (default 64)")
     args = parser.parse_args(argv)
     out = Path(args.out)
@@ -192,9 +249,13 @@ def main(argv=None):
     for label, path in parts.items():
         if path.exists():
             print(f"  {label:15s} {size(path) / 2**20:6.1f} MiB")
-    print(f"collect: {out}: {len(names)} wheel/sdist files, {total / 2**20:.1f} MiB in all (limit {args.limit_mib:g} MiB)")
+    print(
+        f"collect: {out}: {len(names)} wheel/sdist files, {total / 2**20:.1f} MiB in all (limit {args.limit_mib:g} MiB)"
+    )
     if total > args.limit_mib * 2**20:
-        sys.exit(f"collect: error: {out} is {total / 2**20:.1f} MiB, over the {args.limit_mib:g} MiB a node may receive")
+        sys.exit(
+            f"collect: error: {out} is {total / 2**20:.1f} MiB, over the {args.limit_mib:g} MiB a node may receive"
+        )
 
 
 if __name__ == "__main__":

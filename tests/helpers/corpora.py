@@ -1,5 +1,6 @@
 """Standard-shaped corpora built from real segments in ../shared/data, for the
 preparation tests (nothing here is written into the repository)."""
+
 import re
 import shutil
 import tarfile

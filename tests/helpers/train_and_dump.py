@@ -4,6 +4,7 @@ write this rank's final model parameters to ``$DUMP_DIR/rank<N>.pt``.
 Used by the data-parallel test: fairseq saves checkpoints from rank 0 only, so this is
 how the test sees every rank's parameters. Distributed flags come from torchrun's env
 (gloo on CPU, FAIRSEQ_NOTES.md)."""
+
 import os
 import sys
 
@@ -24,13 +25,28 @@ def capture_trainers(init):
 
 if __name__ == "__main__":
     rank, world = os.environ["RANK"], os.environ["WORLD_SIZE"]
-    sys.argv = [sys.argv[0], *sys.argv[1:], "--distributed-init-method", "env://", "--distributed-world-size", world,
-                "--distributed-rank", rank, "--distributed-no-spawn", "--distributed-backend", "gloo",
-                "--ddp-backend", "legacy_ddp"]
+    sys.argv = [
+        sys.argv[0],
+        *sys.argv[1:],
+        "--distributed-init-method",
+        "env://",
+        "--distributed-world-size",
+        world,
+        "--distributed-rank",
+        rank,
+        "--distributed-no-spawn",
+        "--distributed-backend",
+        "gloo",
+        "--ddp-backend",
+        "legacy_ddp",
+    ]
     import fairseq_layernorm_plugins  # noqa: F401  (installs Admin's hook; we wrap on top of it)
 
     Trainer.__init__ = capture_trainers(Trainer.__init__)
     train.cli_main()
     model = trainers[-1].model
     model = getattr(model, "module", model)
-    torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, os.path.join(os.environ["DUMP_DIR"], f"rank{rank}.pt"))
+    torch.save(
+        {k: v.detach().cpu() for k, v in model.state_dict().items()},
+        os.path.join(os.environ["DUMP_DIR"], f"rank{rank}.pt"),
+    )

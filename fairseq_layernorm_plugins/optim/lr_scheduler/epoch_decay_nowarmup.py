@@ -7,10 +7,10 @@ WMT14 En-De: ``--lr 7e-4`` (or 1.5e-3) ``--decay-epoch 6 --inverse-sqrt-after-de
 (the paper says "decayed at the 6-th epoch followed by the inverse square root
 scheduler" and gives no factor: pass ``--decay-factor`` to add one).
 """
+
 import math
 from collections.abc import Collection
 from dataclasses import dataclass, field
-from typing import List, Optional
 
 from fairseq.dataclass import FairseqDataclass
 from fairseq.optim.lr_scheduler import FairseqLRScheduler, register_lr_scheduler
@@ -38,14 +38,14 @@ class EpochDecayNoWarmupConfig(FairseqDataclass):
         default=8,
         metadata={"help": "first epoch (1-based) trained with the decayed lr (Pre-LN: 8 IWSLT14, 6 WMT14)"},
     )
-    decay_factor: float = field(
-        default=0.1, metadata={"help": "the lr is multiplied by this from --decay-epoch on"}
-    )
+    decay_factor: float = field(default=0.1, metadata={"help": "the lr is multiplied by this from --decay-epoch on"})
     inverse_sqrt_after_decay: bool = field(
         default=False,
-        metadata={"help": "after the decay, also scale lr by sqrt(t_k / t), t_k = updates done when --decay-epoch began"},
+        metadata={
+            "help": "after the decay, also scale lr by sqrt(t_k / t), t_k = updates done when --decay-epoch began"
+        },
     )
-    lr: List[float] = II("optimization.lr")
+    lr: list[float] = II("optimization.lr")
 
 
 @register_lr_scheduler("epoch_decay_nowarmup", dataclass=EpochDecayNoWarmupConfig)
@@ -59,7 +59,7 @@ class EpochDecayNoWarmupSchedule(FairseqLRScheduler):
         self.base_lr = cfg.lr[0] if isinstance(cfg.lr, Collection) else cfg.lr
         self.epoch = 1
         self.num_updates = 0
-        self.decay_start_update: Optional[int] = None  # t_k, saved in checkpoints
+        self.decay_start_update: int | None = None  # t_k, saved in checkpoints
         self._set_lr()
 
     def _set_lr(self):

@@ -3,10 +3,10 @@
 Starts at the peak learning rate and decays as the inverse square root of
 ``D + t``; used with T-Fixup's initialisation, which needs no warm-up.
 """
+
 import math
 from collections.abc import Collection
 from dataclasses import dataclass, field
-from typing import List
 
 from fairseq.dataclass import FairseqDataclass
 from fairseq.optim.lr_scheduler import FairseqLRScheduler, register_lr_scheduler
@@ -24,7 +24,7 @@ class InverseSqrtNoWarmupConfig(FairseqDataclass):
         default=4000,
         metadata={"help": "D in lr_t = lr * sqrt(D / (D + t)); T-Fixup uses 4000"},
     )
-    lr: List[float] = II("optimization.lr")
+    lr: list[float] = II("optimization.lr")
 
 
 @register_lr_scheduler("inverse_sqrt_nowarmup", dataclass=InverseSqrtNoWarmupConfig)
