@@ -24,6 +24,8 @@ BIN = Path(sys.executable).parent
 
 def train_curve(data_bin, arch, args, save_dir):
     """Run fairseq-train; return the training loss logged at every update (nan if it blew up)."""
+    from fairseq_layernorm_plugins.recipes.report import log_record
+
     cmd = [
         BIN / "fairseq-train",
         data_bin,
@@ -87,8 +89,9 @@ def train_curve(data_bin, arch, args, save_dir):
     losses, tail = [], []
     for line in proc.stdout:
         tail = (tail + [line])[-20:]
-        if "| train_inner | {" in line:
-            record = json.loads(line.split("| train_inner | ", 1)[1])
+        parsed = log_record(line)
+        if parsed and parsed[0] == "train_inner":
+            record = parsed[1]
             losses.append(float(record["loss"]))
             if len(losses) % 50 == 0:
                 print(f"  [{arch}] update {len(losses)}: loss {losses[-1]:.3f}", flush=True)

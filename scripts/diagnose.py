@@ -17,15 +17,6 @@ import json
 import sys
 from pathlib import Path
 
-ARCHS = (
-    "transformer_postln_iwslt_de_en",
-    "transformer_preln_iwslt_de_en",
-    "transformer_admin_iwslt_de_en",
-    "transformer_tfixup_iwslt_de_en",
-    "transformer_b2t_iwslt_de_en",
-    "transformer_deepnet_iwslt_de_en",
-)
-
 
 def measure(data_bin, archs, depths, model_args, sentences, seed, lr):
     import fairseq_layernorm_plugins  # noqa: F401  (registers the archs)
@@ -113,21 +104,30 @@ def plot(results, out):
         plt.close(fig)
 
 
-def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
+def parse(argv):
+    """(args, model arguments after ``--``)."""
     model_args = argv[argv.index("--") + 1 :] if "--" in argv else []
     argv = argv[: argv.index("--")] if "--" in argv else argv
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("data_bin")
-    parser.add_argument("--archs", nargs="+", default=list(ARCHS))
+    parser.add_argument("--archs", nargs="+", help="default: every registered method at IWSLT14 size")
     parser.add_argument("--depths", nargs="+", type=int, default=[2, 6, 12])
     parser.add_argument("--sentences", type=int, default=32, help="validation sentences in the batch (default 32)")
     parser.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate of the one-update output change")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
+    if not args.archs:
+        from fairseq_layernorm_plugins.methods import METHODS, method_names
+
+        args.archs = [METHODS[name].arch("_iwslt_de_en") for name in method_names()]
+    return args, model_args
+
+
+def main(argv=None):
+    args, model_args = parse(sys.argv[1:] if argv is None else argv)
     Path(args.out).mkdir(parents=True, exist_ok=True)
     results = measure(args.data_bin, args.archs, args.depths, model_args, args.sentences, args.seed, args.lr)
     (Path(args.out) / "diagnostics.json").write_text(

@@ -28,7 +28,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data"
-METHODS = ("postln", "preln", "admin", "tfixup", "b2t", "deepnet")
 # corpus: (recipe directory, default data directory, minutes per method, updates per method)
 CORPORA = {
     "multi30k": ("multi30k", REPO / "data" / "multi30k.de-en", 8.0, 0),
@@ -113,7 +112,9 @@ def main(argv=None):
     parser.add_argument(
         "--runs", default=str(REPO / "runs" / "main-job"), help="runs, logs, results, report (default: runs/main-job)"
     )
-    parser.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated, from {', '.join(METHODS)}")
+    parser.add_argument(
+        "--methods", help="comma-separated (default: every registered method with a recipe for the corpus)"
+    )
     parser.add_argument(
         "--minutes",
         type=float,
@@ -139,9 +140,12 @@ def main(argv=None):
         "--force", action="store_true", help="retrain and re-evaluate methods that already have results"
     )
     args = parser.parse_args(argv)
-    methods = args.methods.split(",")
-    if set(methods) - set(METHODS):
-        parser.error(f"unknown method(s) {sorted(set(methods) - set(METHODS))}; choose from {', '.join(METHODS)}")
+    from fairseq_layernorm_plugins.methods import method_names
+
+    known = method_names(CORPORA[args.corpus][0])
+    methods = args.methods.split(",") if args.methods else known
+    if set(methods) - set(known):
+        parser.error(f"unknown method(s) {sorted(set(methods) - set(known))}; choose from {', '.join(known)}")
     _, default_data, default_minutes, default_updates = CORPORA[args.corpus]
     args.data = args.data or str(default_data)
     args.minutes = default_minutes if args.minutes is None else args.minutes

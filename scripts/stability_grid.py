@@ -30,7 +30,6 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-METHODS = ("postln", "preln", "admin", "tfixup", "b2t", "deepnet")
 BUDGET = ("updates", "max_tokens", "width", "seed", "test_lines")  # what makes two grids' cells comparable
 
 
@@ -126,7 +125,10 @@ def render(cells, commands, out, data):
     columns = sorted(
         {(c["depth"], c["lr"], c["warmup"]) for c in cells}, key=lambda k: (int(k[0].split("L")[0]), k[2] == 0, k[1])
     )
-    methods = sorted({c["method"] for c in cells}, key=lambda m: METHODS.index(m) if m in METHODS else len(METHODS))
+    from fairseq_layernorm_plugins.methods import method_names
+
+    order = method_names()
+    methods = sorted({c["method"] for c in cells}, key=lambda m: order.index(m) if m in order else len(order))
     by = {(c["method"], c["depth"], c["lr"], c["warmup"]): c for c in cells}
     header = ["method"] + [f"{d} lr {lr:g} {'warm-up' if w else 'no warm-up'}" for d, lr, w in columns]
     lines = [
@@ -196,7 +198,7 @@ def main():
     parser.add_argument("--data", default=str(REPO / "data" / "iwslt14-mini-grid"))
     parser.add_argument("--runs", default=str(REPO / "runs" / "stability-grid"))
     parser.add_argument("--out", default=str(REPO / "docs" / "stability_grid"), help="writes OUT.md, OUT.png, OUT.json")
-    parser.add_argument("--methods", nargs="+", default=list(METHODS))
+    parser.add_argument("--methods", nargs="+", help="default: every registered method with an iwslt14_mini recipe")
     parser.add_argument("--depths", nargs="+", default=["6L-6L", "18L-18L"])
     parser.add_argument("--lrs", nargs="+", type=float, default=[1e-3, 2e-3])
     parser.add_argument(
@@ -213,6 +215,10 @@ def main():
         "--jobs", type=int, default=1, help="cells trained at once, each with cores / JOBS threads (default 1)"
     )
     args = parser.parse_args()
+    if not args.methods:
+        from fairseq_layernorm_plugins.methods import method_names
+
+        args.methods = method_names("iwslt14_mini")
 
     from fairseq_layernorm_plugins.prepare.iwslt14_mini import prepare
 

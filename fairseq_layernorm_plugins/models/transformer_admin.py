@@ -32,6 +32,7 @@ import torch.nn as nn
 from fairseq.models import register_model
 from torch import Tensor
 
+from fairseq_layernorm_plugins.methods import register_method
 from fairseq_layernorm_plugins.models.base import POST_LN_ONLY, PluginTransformerModel, register_arch_family
 from fairseq_layernorm_plugins.modules import SublayerDecoderLayer, SublayerEncoderLayer, stack_layers
 
@@ -182,3 +183,4 @@ def admin_defaults(args):
 
 
 ARCHS = register_arch_family("transformer_admin", admin_defaults)
+METHOD = register_method("admin", "transformer_admin", "Admin", "Liu et al. 2020", order=2)

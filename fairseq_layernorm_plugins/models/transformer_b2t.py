@@ -21,6 +21,7 @@ import torch
 from fairseq.models import register_model
 from torch import Tensor
 
+from fairseq_layernorm_plugins.methods import register_method
 from fairseq_layernorm_plugins.models.base import POST_LN_ONLY, PluginTransformerModel, register_arch_family
 from fairseq_layernorm_plugins.modules import SublayerDecoderLayer, SublayerEncoderLayer, remove_layer_norms
 
@@ -111,3 +112,4 @@ def b2t_defaults(args):
 
 
 ARCHS = register_arch_family("transformer_b2t", b2t_defaults)
+METHOD = register_method("b2t", "transformer_b2t", "B2T", "Takase et al. 2023", order=4)

@@ -13,6 +13,7 @@ It is the method the B2T paper compares against.
 import torch
 from fairseq.models import register_model
 
+from fairseq_layernorm_plugins.methods import register_method
 from fairseq_layernorm_plugins.models.base import POST_LN_ONLY, PluginTransformerModel, register_arch_family
 from fairseq_layernorm_plugins.modules import PluginDecoderLayer, PluginEncoderLayer, attentions
 
@@ -74,3 +75,4 @@ def deepnet_defaults(args):
 
 
 ARCHS = register_arch_family("transformer_deepnet", deepnet_defaults)
+METHOD = register_method("deepnet", "transformer_deepnet", "DeepNet", "Wang et al. 2022", order=5)

@@ -10,6 +10,7 @@ same model as stock ``transformer``, parameter for parameter.
 
 from fairseq.models import register_model
 
+from fairseq_layernorm_plugins.methods import register_method
 from fairseq_layernorm_plugins.models.base import POST_LN_ONLY, PluginTransformerModel, register_arch_family
 
 
@@ -27,3 +28,6 @@ def postln_defaults(args):
 
 
 ARCHS = register_arch_family("transformer_postln", postln_defaults)
+METHOD = register_method(
+    "postln", "transformer_postln", "Post-LN", "Vaswani et al. 2017 (the papers' baseline)", order=0
+)

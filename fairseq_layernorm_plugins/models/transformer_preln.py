@@ -10,6 +10,7 @@ method is a set of architecture defaults. Train it without warm-up, e.g. with
 
 from fairseq.models import register_model
 
+from fairseq_layernorm_plugins.methods import register_method
 from fairseq_layernorm_plugins.models.base import PluginTransformerModel, register_arch_family
 
 
@@ -27,3 +28,4 @@ def preln_defaults(args):
 
 
 ARCHS = register_arch_family("transformer_preln", preln_defaults)
+METHOD = register_method("preln", "transformer_preln", "Pre-LN", "Xiong et al. 2020", order=1)

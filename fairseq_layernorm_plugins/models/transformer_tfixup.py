@@ -23,6 +23,7 @@ from fairseq.models import register_model
 from fairseq.models.transformer.transformer_decoder import Linear as XavierLinear
 from fairseq.modules.quant_noise import quant_noise
 
+from fairseq_layernorm_plugins.methods import register_method
 from fairseq_layernorm_plugins.models.base import PluginTransformerModel, register_arch_family
 from fairseq_layernorm_plugins.modules import PluginDecoderLayer, PluginEncoderLayer, attentions, remove_layer_norms
 
@@ -103,3 +104,4 @@ def tfixup_defaults(args):
 
 
 ARCHS = register_arch_family("transformer_tfixup", tfixup_defaults)
+METHOD = register_method("tfixup", "transformer_tfixup", "T-Fixup", "Huang et al. 2020", order=3)

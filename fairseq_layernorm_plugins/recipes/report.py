@@ -123,6 +123,15 @@ def render(rows, table):
     return "\n".join(lines) + "\n", out.getvalue()
 
 
+def log_record(line):
+    """(kind, record) of one line of a fairseq ``--log-format json`` log, kind ``train_inner``,
+    ``train`` (end of epoch) or ``valid``; None for any other line."""
+    for kind in ("train_inner", "train", "valid"):
+        if f"| {kind} | {{" in line:
+            return kind, json.loads(line.split(f"| {kind} | ", 1)[1])
+    return None
+
+
 def read_log_curves(log_path):
     """{"train": [{"epoch", "update", "loss", "wall", "wps", "loss_scale"}], "valid": [{"epoch", "update", "loss", "nll_loss", "bleu"}],
     "end": {"update", "wall"}} from a fairseq json log; "epoch" is fractional (fairseq's progress
@@ -131,10 +140,9 @@ def read_log_curves(log_path):
     words per second) and "loss_scale" (``--fp16`` only) are None where fairseq logged none."""
     curves = {"train": [], "valid": [], "end": {"update": 0, "wall": 0.0}}
     epoch_at = {}
-    for line in Path(log_path).read_text(errors="replace").splitlines():
-        if "| train_inner | {" in line or "| train | {" in line:
-            inner = "| train_inner | {" in line
-            record = json.loads(line.split("| train_inner | " if inner else "| train | ", 1)[1])
+    for kind, record in filter(None, map(log_record, Path(log_path).read_text(errors="replace").splitlines())):
+        if kind in ("train_inner", "train"):
+            inner = kind == "train_inner"
             prefix = "" if inner else "train_"
             update, wall = int(record[f"{prefix}num_updates"]), float(record[f"{prefix}wall"])
             curves["end"] = {"update": max(update, curves["end"]["update"]), "wall": max(wall, curves["end"]["wall"])}
@@ -150,8 +158,7 @@ def read_log_curves(log_path):
                         "loss_scale": _optional(record.get("loss_scale")),
                     }
                 )
-        elif "| valid | {" in line:
-            record = json.loads(line.split("| valid | ", 1)[1])
+        else:
             update = int(record.get("valid_num_updates", 0))
             bleu = record.get("valid_bleu")
             curves["valid"].append(

@@ -43,16 +43,16 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-# method: (recipe under configs/iwslt14_mini and configs/iwslt14, extra fairseq flags, label)
-METHODS = {
-    "postln": ("postln", [], "Post-LN"),
-    "preln": ("preln", [], "Pre-LN"),
-    "admin": ("admin", [], "Admin"),
-    "tfixup": ("tfixup", [], "T-Fixup"),
-    "b2t": ("b2t", [], "B2T"),
-    "b2t_noln": ("b2t", ["--b2t-no-layer-norm"], "B2T w/o LN"),
-    "deepnet": ("deepnet", [], "DeepNet"),
-}
+from fairseq_layernorm_plugins.methods import METHODS as REGISTRY  # noqa: E402
+from fairseq_layernorm_plugins.methods import method_names  # noqa: E402
+
+# method: (recipe under configs/iwslt14_mini and configs/iwslt14, extra fairseq flags, label): every
+# registered method with an IWSLT14-mini recipe, and B2T without LayerNorm beside B2T
+METHODS = {}
+for _name in method_names("iwslt14_mini"):
+    METHODS[_name] = (_name, [], REGISTRY[_name].label)
+    if _name == "b2t":
+        METHODS["b2t_noln"] = ("b2t", ["--b2t-no-layer-norm"], "B2T w/o LN")
 DEEP = ("postln", "admin", "b2t", "preln")
 PARTS = "abcde"
 OMEGA_TOLERANCE = 1e-4  # relative; fp16 / bf16 profiling must be the fp32 one
