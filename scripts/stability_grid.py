@@ -5,7 +5,7 @@ depth x peak lr x warm-up on/off, a fixed update budget each, on IWSLT14-mini.
     python scripts/stability_grid.py --jobs 2
 
 Each cell trains the method's IWSLT14-mini recipe (configs/iwslt14_mini/) at the cell's
-depth and width with Adam (0.9, 0.98) and either inverse-sqrt warm-up (``--warmups``
+depth and width with Adam (0.9, 0.98) (``--optimizer radam``: RAdam, Admin's optimizer) and either inverse-sqrt warm-up (``--warmups``
 updates) or none (constant lr), then decodes ``--test-lines`` test lines greedily. A cell is
 "diverged" when the loss became NaN/inf, "stalled" when the final validation NLL is not
 below the unigram entropy of the training targets (the model learned word frequencies
@@ -30,10 +30,10 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-BUDGET = ("updates", "max_tokens", "width", "seed", "test_lines")  # what makes two grids' cells comparable
+BUDGET = ("updates", "max_tokens", "width", "seed", "test_lines", "optimizer")  # what makes two grids' cells comparable
 
 
-def cell_recipe(method, depth, lr, warmup, updates, width, max_tokens):
+def cell_recipe(method, depth, lr, warmup, updates, width, max_tokens, optimizer="adam"):
     from fairseq_layernorm_plugins.recipes.config import Recipe, load_recipe, merge
 
     recipe = load_recipe(f"iwslt14_mini/{method}")
@@ -47,7 +47,8 @@ def cell_recipe(method, depth, lr, warmup, updates, width, max_tokens):
             "tokens_per_update": max_tokens,
             "generate": {"beam": 1, "average_last": 1, "extra": ["--max-len-a", "1.5", "--max-len-b", "10"]},
             "fairseq": {
-                "optimizer": {"_name": "adam", "adam_betas": "(0.9, 0.98)"},
+                # the same for every method (a recipe's own optimizer is replaced whole when its name differs)
+                "optimizer": {"_name": optimizer, "adam_betas": "(0.9, 0.98)", "weight_decay": 0.0001},
                 "lr_scheduler": schedule,
                 "optimization": {"lr": [lr], "max_update": updates},
                 "dataset": {"max_tokens": max_tokens},
@@ -72,7 +73,7 @@ def run_cell(method, depth, lr, warmup, args):
     from fairseq_layernorm_plugins.recipes.launch import Launch, data_bin, train
     from fairseq_layernorm_plugins.recipes.report import read_log_curves
 
-    recipe = cell_recipe(method, depth, lr, warmup, args.updates, args.width, args.max_tokens)
+    recipe = cell_recipe(method, depth, lr, warmup, args.updates, args.width, args.max_tokens, args.optimizer)
     run_dir = Path(args.runs) / f"{method}.{depth}.lr{lr:g}.{'warmup' if warmup else 'nowarmup'}"
     launch = Launch(
         recipe,
@@ -212,6 +213,12 @@ def main():
     )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
+        "--optimizer",
+        choices=("adam", "radam"),
+        default="adam",
+        help="every cell's optimizer, betas (0.9, 0.98) (default adam)",
+    )
+    parser.add_argument(
         "--jobs", type=int, default=1, help="cells trained at once, each with cores / JOBS threads (default 1)"
     )
     args = parser.parse_args()
@@ -226,6 +233,7 @@ def main():
     results = Path(f"{args.out}.json")
     budget = {name: getattr(args, name) for name in BUDGET}
     previous = json.loads(results.read_text()) if results.exists() else {"commands": [], "budget": budget, "cells": []}
+    previous["budget"].setdefault("optimizer", "adam")  # grids made before --optimizer existed
     if previous.get("budget") != budget:
         sys.exit(
             f"error: {results} holds cells made with {previous.get('budget')}, not {budget}; use another --out or remove it"

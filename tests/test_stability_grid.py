@@ -6,6 +6,7 @@ import math
 import subprocess
 import sys
 
+import pytest
 from conftest import REPO, shared_data
 
 sys.path.insert(0, str(REPO / "scripts"))
@@ -56,7 +57,14 @@ def test_one_cell_end_to_end_resumes_and_refuses_another_budget(tmp_path):
     first = grid(tmp_path, "--updates", "3")
     assert first.returncode == 0, first.stderr[-3000:]
     report = json.loads((tmp_path / "grid.json").read_text())
-    assert report["budget"] == {"updates": 3, "max_tokens": 512, "width": 16, "seed": 1, "test_lines": 5}
+    assert report["budget"] == {
+        "updates": 3,
+        "max_tokens": 512,
+        "width": 16,
+        "seed": 1,
+        "test_lines": 5,
+        "optimizer": "adam",
+    }
     (cell,) = report["cells"]
     assert (cell["method"], cell["depth"], cell["lr"], cell["warmup"]) == ("preln", "1L-1L", 0.001, 0)
     assert math.isfinite(cell["valid_nll"]) and cell["status"] in ("trained", "stalled")
@@ -77,3 +85,10 @@ def test_one_cell_end_to_end_resumes_and_refuses_another_budget(tmp_path):
     assert other.returncode != 0
     assert other.stderr.strip().splitlines()[-1].startswith(f"error: {tmp_path / 'grid.json'} holds cells made with")
     assert json.loads((tmp_path / "grid.json").read_text())["cells"] == [cell]
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "radam"])
+def test_cell_optimizer(optimizer):
+    recipe = stability_grid.cell_recipe("admin", "18L-18L", 1e-3, 0, 300, 64, 1024, optimizer)
+    assert recipe.fairseq["optimizer"] == {"_name": optimizer, "adam_betas": "(0.9, 0.98)", "weight_decay": 0.0001}
+    assert recipe.fairseq["lr_scheduler"] == {"_name": "fixed"}  # no warm-up: constant lr
