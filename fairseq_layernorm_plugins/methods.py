@@ -1,7 +1,8 @@
 """The methods this package offers, registered once by their model modules.
 
 Every list of methods in the scripts (the main job, the stability grid, the diagnostics,
-the GPU check, the throughput benchmark) and every plot's label and colour come from here.
+the GPU check, the throughput benchmark) comes from here, and so do the labels and colours
+of the training-curve plots (``recipes/report.py``).
 Adding a method is one model module under ``models/`` (its fairseq model, its
 architectures via ``register_arch_family``, one ``register_method`` call) plus its recipes,
 ``configs/<setting>/<name>.yaml`` for each setting it should run in.
@@ -29,11 +30,11 @@ class Method:
 
     @property
     def colour(self):
-        """Its matplotlib colour, the same in every plot."""
-        return f"C{list(METHODS).index(self.name) % 10}"
+        """Its matplotlib colour, the same in every plot: its place in table order."""
+        return f"C{method_names().index(self.name) % 10}"
 
 
-METHODS = {}  # name -> Method, in table order
+METHODS = {}  # name -> Method
 
 
 def register_method(name, model, label, paper, order=100):
@@ -41,8 +42,6 @@ def register_method(name, model, label, paper, order=100):
     if name in METHODS and METHODS[name].model != model:
         raise ValueError(f"method {name!r} is already registered for {METHODS[name].model}")
     METHODS[name] = Method(name, model, label, paper, order)
-    for key in sorted(METHODS, key=lambda k: METHODS[k].order):  # keep table order
-        METHODS[key] = METHODS.pop(key)
     return METHODS[name]
 
 
@@ -53,9 +52,5 @@ def method_names(setting=None, config_dir=None):
     from fairseq_layernorm_plugins.recipes.config import CONFIG_DIR
 
     folder = Path(config_dir or CONFIG_DIR) / (setting or "")
-    return [name for name in METHODS if setting is None or (folder / f"{name}.yaml").is_file()]
-
-
-def label(name):
-    """The method's label, or ``name`` itself for one that is not registered."""
-    return METHODS[name].label if name in METHODS else name
+    in_order = sorted(METHODS, key=lambda name: METHODS[name].order)  # sorted() is stable: ties keep registration order
+    return [name for name in in_order if setting is None or (folder / f"{name}.yaml").is_file()]

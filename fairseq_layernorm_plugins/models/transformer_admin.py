@@ -34,7 +34,12 @@ from torch import Tensor
 
 from fairseq_layernorm_plugins.methods import register_method
 from fairseq_layernorm_plugins.models.base import POST_LN_ONLY, PluginTransformerModel, register_arch_family
-from fairseq_layernorm_plugins.modules import SublayerDecoderLayer, SublayerEncoderLayer, stack_layers
+from fairseq_layernorm_plugins.modules import (
+    PluginDecoderLayer,
+    PluginEncoderLayer,
+    SublayerResidualMixin,
+    stack_layers,
+)
 
 ADMIN_INITS = ("profile", "closed-logn", "closed-n", "closed-1", "none")
 
@@ -82,7 +87,7 @@ class AdminProfile:
         self.ratio = admin_next_omega(var_input, var_branch)
 
 
-class AdminLayerMixin:
+class AdminLayerMixin(SublayerResidualMixin):
     """x_i = LN(x_{i-1} * omega_i + f_i): ``omega`` (num_sublayers, C)."""
 
     def admin_init_(self, embed_dim):
@@ -104,13 +109,13 @@ class AdminLayerMixin:
         return scaled + x
 
 
-class AdminEncoderLayer(AdminLayerMixin, SublayerEncoderLayer):
+class AdminEncoderLayer(AdminLayerMixin, PluginEncoderLayer):
     def __init__(self, cfg, return_fc=False):
         super().__init__(cfg, return_fc=return_fc)
         self.admin_init_(cfg.encoder.embed_dim)
 
 
-class AdminDecoderLayer(AdminLayerMixin, SublayerDecoderLayer):
+class AdminDecoderLayer(AdminLayerMixin, PluginDecoderLayer):
     def __init__(self, cfg, no_encoder_attn=False, add_bias_kv=False, add_zero_attn=False):
         super().__init__(cfg, no_encoder_attn, add_bias_kv, add_zero_attn)
         self.admin_init_(cfg.decoder.embed_dim)

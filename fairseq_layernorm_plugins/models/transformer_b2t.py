@@ -23,7 +23,12 @@ from torch import Tensor
 
 from fairseq_layernorm_plugins.methods import register_method
 from fairseq_layernorm_plugins.models.base import POST_LN_ONLY, PluginTransformerModel, register_arch_family
-from fairseq_layernorm_plugins.modules import SublayerDecoderLayer, SublayerEncoderLayer, remove_layer_norms
+from fairseq_layernorm_plugins.modules import (
+    PluginDecoderLayer,
+    PluginEncoderLayer,
+    SublayerResidualMixin,
+    remove_layer_norms,
+)
 
 
 def b2t_no_ln_alpha(num_layers):
@@ -41,7 +46,7 @@ def b2t_weight_rescale(num_layers):
     return num_layers**-0.5
 
 
-class B2TLayerMixin:
+class B2TLayerMixin(SublayerResidualMixin):
     """The B2T connection on fairseq's ``residual_connection`` hook (Eq. 5, or Eq. 6 w/o LN)."""
 
     def b2t_init_(self, cfg, num_layers, embed_dim):
@@ -68,13 +73,13 @@ class B2TLayerMixin:
         return layer_input + residual + x  # Eq. 5
 
 
-class B2TEncoderLayer(B2TLayerMixin, SublayerEncoderLayer):
+class B2TEncoderLayer(B2TLayerMixin, PluginEncoderLayer):
     def __init__(self, cfg, return_fc=False):
         super().__init__(cfg, return_fc=return_fc)
         self.b2t_init_(cfg, cfg.encoder.layers, cfg.encoder.embed_dim)
 
 
-class B2TDecoderLayer(B2TLayerMixin, SublayerDecoderLayer):
+class B2TDecoderLayer(B2TLayerMixin, PluginDecoderLayer):
     def __init__(self, cfg, no_encoder_attn=False, add_bias_kv=False, add_zero_attn=False):
         super().__init__(cfg, no_encoder_attn, add_bias_kv, add_zero_attn)
         self.b2t_init_(cfg, cfg.decoder.layers, cfg.decoder.embed_dim)

@@ -15,8 +15,6 @@ from fairseq_layernorm_plugins.modules.init import (
     paper_init_,
 )
 from fairseq_layernorm_plugins.modules.residual import (
-    SublayerDecoderLayer,
-    SublayerEncoderLayer,
     SublayerResidualMixin,
     remove_layer_norms,
 )
@@ -35,8 +33,6 @@ __all__ = [
     "PluginTransformerEncoder",
     "PluginTransformerDecoder",
     "SublayerResidualMixin",
-    "SublayerEncoderLayer",
-    "SublayerDecoderLayer",
     "remove_layer_norms",
     "stack_layers",
 ]

@@ -19,8 +19,6 @@ keyword arguments), so scripting removes it and a scripted layer counts by the w
 import torch.nn as nn
 from torch import Tensor
 
-from fairseq_layernorm_plugins.modules.init import PluginDecoderLayer, PluginEncoderLayer
-
 
 def restart_sublayers(layer, inputs):
     """Forward pre-hook (eager only): a call starts at sub-layer 0."""
@@ -28,7 +26,7 @@ def restart_sublayers(layer, inputs):
 
 
 class SublayerResidualMixin:
-    """Mix in before a fairseq layer class; override :meth:`combine`.
+    """Mix in before :class:`PluginEncoderLayer` / :class:`PluginDecoderLayer`; override :meth:`combine`.
 
     During a pass: ``self.layer_input`` is the layer's input x (T, B, C) and
     ``combine(x, residual, i)`` is called for sub-layer i = 1..``num_sublayers``.
@@ -38,7 +36,8 @@ class SublayerResidualMixin:
     sublayer: int
     layer_input: Tensor | None
 
-    def sublayer_init_(self):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
         self.num_sublayers = 3 if getattr(self, "encoder_attn", None) is not None else 2
         self.sublayer = 0
         self.layer_input = None
@@ -62,22 +61,6 @@ class SublayerResidualMixin:
 
     def combine(self, x: Tensor, residual: Tensor, sublayer: int) -> Tensor:
         return residual + x
-
-
-class SublayerEncoderLayer(SublayerResidualMixin, PluginEncoderLayer):
-    """Encoder layer whose ``residual_connection`` knows its sub-layer; x (T, B, C)."""
-
-    def __init__(self, cfg, return_fc=False):
-        super().__init__(cfg, return_fc=return_fc)
-        self.sublayer_init_()
-
-
-class SublayerDecoderLayer(SublayerResidualMixin, PluginDecoderLayer):
-    """Decoder layer whose ``residual_connection`` knows its sub-layer; x (T, B, C)."""
-
-    def __init__(self, cfg, no_encoder_attn=False, add_bias_kv=False, add_zero_attn=False):
-        super().__init__(cfg, no_encoder_attn, add_bias_kv, add_zero_attn)
-        self.sublayer_init_()
 
 
 def remove_layer_norms(layer):

@@ -164,13 +164,14 @@ def extra_test_sources(names, src, tgt, dirs=(), steps=None, archive_dir=None, d
     found, inputs = {}, []
     unpack = archive_unpacker(steps, archive_dir, download_dir, inputs)
     for name in names:
-        for folder in map(Path, dirs):
-            for suffix in ("", ".sgm"):
-                pair = {lang: folder / f"{name}.{lang}{suffix}" for lang in (src, tgt)}
-                if name not in found and all(p.is_file() for p in pair.values()):
-                    found[name] = pair
-                    inputs += pair.values()
-        if name not in found:
+        candidates = (
+            {lang: Path(d) / f"{name}.{lang}{suffix}" for lang in (src, tgt)} for d in dirs for suffix in ("", ".sgm")
+        )
+        local = next((pair for pair in candidates if all(p.is_file() for p in pair.values())), None)
+        if local:
+            found[name] = local
+            inputs += local.values()
+        else:
             archive, url, members = statmt_test_set(name, src, tgt)
             root = unpack(archive, url, list(members.values()))
             found[name] = {lang: root / member for lang, member in members.items()}
@@ -204,15 +205,11 @@ def tokenize(sources, src, tgt, workers, sentencepiece, out):
         for split in [name for name in splits if name != "train"]:
             lines = [p[side] for p in splits[split]]
             write_lines(out / f"{split}.raw.{lang}", lines)
+            tokenized = map_lines(tokenized_fn, lines, workers, desc=f"tokenise {split}.{lang}")
+            write_lines(out / f"{split}.tok.{lang}", tokenized)
             write_lines(
-                out / f"{split}.tok.{lang}", map_lines(tokenized_fn, lines, workers, desc=f"tokenise {split}.{lang}")
+                out / f"{split}.{lang}", [straight_apostrophe(line) for line in lines] if sentencepiece else tokenized
             )
-            segmentation_input = (
-                [straight_apostrophe(line) for line in lines]
-                if sentencepiece
-                else read_lines(out / f"{split}.tok.{lang}")
-            )
-            write_lines(out / f"{split}.{lang}", segmentation_input)
 
 
 def segment(tok_dir, src, tgt, merges, sentencepiece, workers, extra, out):

@@ -115,9 +115,7 @@ def score(hyps_tok, hyps_detok, refs_tok=None, refs_raw=None, lowercase=False):
 
 def mean_sacrebleu(per_set):
     """The mean of each test set's detokenised SacreBLEU (the B2T paper's "Average" column)."""
-    scores = {
-        name: metrics["sacrebleu"]["score"] for name, metrics in per_set.items()
-    }  # per_set: {name: score()'s metrics}
+    scores = {name: metrics["sacrebleu"]["score"] for name, metrics in per_set.items()}  # per_set: {name: score()}
     return {
         "score": round(sum(scores.values()) / len(scores), 2),
         "sets": scores,
@@ -149,21 +147,21 @@ def evaluate(run_dir, average_last=None, kind="epoch", subset="test", max_tokens
                 "prepare it again with scripts/prepare_wmt14.py, which adds newstest2010-2016 by default"
             )
 
-    def translate_and_score(split, lenpen=gen.get("lenpen", 1.0)):
-        return score_subset(
-            run, run_dir, data_bin, root, checkpoint, split, lenpen, bool(stamp.get("sentencepiece")), max_tokens, cpu
-        )
+    def translate_and_score(split, lenpen):
+        spm = bool(stamp.get("sentencepiece"))
+        return score_subset(run, run_dir, data_bin, root, checkpoint, split, lenpen, spm, max_tokens, cpu)
 
-    scores = translate_and_score(subset)
+    lenpen = gen.get("lenpen", 1.0)
+    scores, sentences = translate_and_score(subset, lenpen)
     result = {
         "recipe": run["recipe"],
         "depth": run.get("depth"),
         "run_dir": str(run_dir),
         "subset": subset,
-        "sentences": scores.pop("sentences"),
+        "sentences": sentences,
         "checkpoints": [str(p) for p in checkpoints],
         "beam": gen.get("beam", 5),
-        "lenpen": gen.get("lenpen", 1.0),
+        "lenpen": lenpen,
         "bleu": scores,
         "paper": run.get("paper"),
     }
@@ -171,10 +169,11 @@ def evaluate(run_dir, average_last=None, kind="epoch", subset="test", max_tokens
         per_set = {}
         for name in test_sets:
             split = stamp["test_sets"][name]
-            lenpen = gen.get("lenpen", 1.0) if split == subset else gen.get("test_sets_lenpen", gen.get("lenpen", 1.0))
-            per_set[name] = dict(scores) if split == subset else translate_and_score(split, lenpen)
-            per_set[name].pop("sentences", None)
-            per_set[name]["lenpen"] = lenpen
+            if split == subset:
+                per_set[name] = {**scores, "lenpen": lenpen}
+            else:
+                other = gen.get("test_sets_lenpen", lenpen)
+                per_set[name] = {**translate_and_score(split, other)[0], "lenpen": other}
             echo(
                 f"{run['recipe']} {run.get('depth')}: {name} ({split}): SacreBLEU {per_set[name]['sacrebleu']['score']:.2f}"
             )
@@ -195,8 +194,8 @@ def evaluate(run_dir, average_last=None, kind="epoch", subset="test", max_tokens
 
 def score_subset(run, run_dir, data_bin, root, checkpoint, subset, lenpen, spm, max_tokens, cpu=None):
     """Translate ``subset`` of ``data_bin`` with ``checkpoint``, the recipe's beam and
-    ``lenpen``; write the hypotheses beside the run; return :func:`score`'s metrics and
-    "sentences"."""
+    ``lenpen``; write the hypotheses beside the run; return (:func:`score`'s metrics, the
+    number of sentences)."""
     gen = run.get("generate", {})
     cpu = (not torch.cuda.is_available()) if cpu is None else cpu
     cmd = [
@@ -239,7 +238,4 @@ def score_subset(run, run_dir, data_bin, root, checkpoint, subset, lenpen, spm, 
     for kind_, lines in refs.items():
         if lines is not None and len(lines) != len(hyps):
             raise ValueError(f"{root / f'{subset}.{kind_}.{tgt}'}: {len(lines)} references for {len(hyps)} hypotheses")
-    return {
-        **score(hyps_tok, hyps_detok, refs["tok"], refs["raw"], lowercase=gen.get("lowercase", False)),
-        "sentences": len(hyps),
-    }
+    return score(hyps_tok, hyps_detok, refs["tok"], refs["raw"], lowercase=gen.get("lowercase", False)), len(hyps)

@@ -306,20 +306,27 @@ def pyplot():
 
 def plot_curves(run_dirs, output, title=""):
     """One PNG: training loss, validation loss, and validation BLEU when the logs have it,
-    per (fractional) epoch; one line per run."""
+    per (fractional) epoch; one line per run, a registered method's label and colour (its
+    runs at other depths or seeds in other line styles)."""
+    from fairseq_layernorm_plugins.methods import METHODS, method_names
+
+    method_names()  # registers every method
     plt = pyplot()
-    runs = []
+    runs, seen = [], {}
     for run_dir in map(Path, run_dirs):
         run = json.loads((run_dir / "run.json").read_text())
-        runs.append(
-            (
-                f"{run['recipe'].rsplit('/', 1)[-1]} {run.get('depth') or ''}".strip(),
-                read_log_curves(run_dir / "train.log"),
-            )
-        )
+        name = run["recipe"].rsplit("/", 1)[-1]
+        method = METHODS.get(name)
+        style = {
+            "label": f"{method.label if method else name} {run.get('depth') or ''}".strip(),
+            "color": method.colour if method else None,
+            "linestyle": ("-", "--", ":", "-.")[seen.get(name, 0) % 4],
+        }
+        seen[name] = seen.get(name, 0) + 1
+        runs.append((style, read_log_curves(run_dir / "train.log")))
     has_bleu = any(v["bleu"] is not None for _, c in runs for v in c["valid"])
     fig, axes = plt.subplots(1, 3 if has_bleu else 2, figsize=(15 if has_bleu else 10, 4))
-    for label, curves in runs:
+    for style, curves in runs:
         for ax, key, points in (
             (axes[0], "loss", curves["train"]),
             (axes[1], "loss", curves["valid"]),
@@ -330,7 +337,7 @@ def plot_curves(run_dirs, output, title=""):
                     [p["epoch"] for p in points],
                     [float("nan") if p[key] is None else p[key] for p in points],
                     marker="o" if points is curves["valid"] else None,
-                    label=label,
+                    **style,
                 )
     for ax, (x, y) in zip(
         axes, [("epoch", "training loss"), ("epoch", "validation loss"), ("epoch", "validation BLEU")]
