@@ -1,8 +1,8 @@
 #!/usr/bin/env python
-"""Results tables and curve plots from evaluated runs: see
-fairseq_layernorm_plugins/recipes/report.py (or --help)."""
+"""Results tables and curve plots (the same as ``fairseq-ln-table``; see
+fairseq_layernorm_plugins/recipes/report.py or --help)."""
 
-from fairseq_layernorm_plugins.recipes.report import main
+from fairseq_layernorm_plugins.cli import table
 
 if __name__ == "__main__":
-    main()
+    table()

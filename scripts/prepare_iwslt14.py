@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""See fairseq_layernorm_plugins/prepare/iwslt14.py (or --help)."""
+"""The same as ``fairseq-ln-prepare iwslt14``: see fairseq_layernorm_plugins/prepare/iwslt14.py (or --help)."""
 
 from fairseq_layernorm_plugins.prepare.iwslt14 import main
 

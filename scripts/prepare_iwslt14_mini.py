@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Build IWSLT14-mini (see fairseq_layernorm_plugins/prepare/iwslt14_mini.py)."""
+"""The same as ``fairseq-ln-prepare iwslt14_mini``: see fairseq_layernorm_plugins/prepare/iwslt14_mini.py (or --help)."""
 
 from fairseq_layernorm_plugins.prepare.iwslt14_mini import main
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""See fairseq_layernorm_plugins/prepare/multi30k.py (or --help)."""
+"""The same as ``fairseq-ln-prepare multi30k``: see fairseq_layernorm_plugins/prepare/multi30k.py (or --help)."""
 
 from fairseq_layernorm_plugins.prepare.multi30k import main
 

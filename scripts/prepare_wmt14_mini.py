@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""See fairseq_layernorm_plugins/prepare/wmt14_mini.py (or --help)."""
+"""The same as ``fairseq-ln-prepare wmt14_mini``: see fairseq_layernorm_plugins/prepare/wmt14_mini.py (or --help)."""
 
 from fairseq_layernorm_plugins.prepare.wmt14_mini import main
 

@@ -13,7 +13,7 @@ export PIP_CONSTRAINT="$PWD/constraints.txt"
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 
 stamp="$VENV/.fairseq_layernorm_plugins.stamp"
-want=$(cat setup.py constraints.txt | sha256sum | cut -d' ' -f1)-$EXTRAS
+want=$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1)-$EXTRAS
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && "$VENV/bin/python" -c "import fairseq_layernorm_plugins" 2>/dev/null; then
     echo "setup_env: $VENV is up to date"
     exit 0

@@ -25,7 +25,6 @@ import os
 import shutil
 import sys
 import time
-from collections import Counter
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
@@ -71,7 +70,7 @@ def cell_recipe(method, depth, lr, warmup, updates, width, max_tokens, optimizer
 def run_cell(method, depth, lr, warmup, args):
     from fairseq_layernorm_plugins.recipes.evaluate import evaluate
     from fairseq_layernorm_plugins.recipes.launch import Launch, data_bin, train
-    from fairseq_layernorm_plugins.recipes.report import read_log_curves
+    from fairseq_layernorm_plugins.recipes.report import read_log_curves, unigram_bits
 
     recipe = cell_recipe(method, depth, lr, warmup, args.updates, args.width, args.max_tokens, args.optimizer)
     run_dir = Path(args.runs) / f"{method}.{depth}.lr{lr:g}.{'warmup' if warmup else 'nowarmup'}"
@@ -105,20 +104,8 @@ def run_cell(method, depth, lr, warmup, args):
     return cell
 
 
-def unigram_bits(data):
-    """Entropy (bits per token, end of sentence included) of the training targets' unigram
-    distribution: the validation loss of a model that learned only word frequencies."""
-    counts = Counter()
-    lines = Path(data, "train.en").read_text(encoding="utf-8").splitlines()
-    for line in lines:
-        counts.update(line.split())
-    counts["</s>"] = len(lines)
-    total = sum(counts.values())
-    return -sum(n / total * math.log2(n / total) for n in counts.values())
-
-
 def render(cells, commands, out, data):
-    from fairseq_layernorm_plugins.recipes.report import pyplot
+    from fairseq_layernorm_plugins.recipes.report import pyplot, unigram_bits
 
     plt = pyplot()
     import numpy as np

@@ -81,7 +81,7 @@ def test_collect_packs_the_project_and_refuses_an_oversized_bundle(tmp_path, mon
         names = set(tar.getnames())
     assert {
         "fairseq_layernorm_plugins/scripts/gpu/install.sh",
-        "fairseq_layernorm_plugins/setup.py",
+        "fairseq_layernorm_plugins/pyproject.toml",
         "fairseq_layernorm_plugins/fairseq_layernorm_plugins/__init__.py",
     } <= names
     assert not any("/runs/" in n or "/data/iwslt" in n or "/.venv/" in n for n in names)

@@ -12,14 +12,16 @@ from conftest import REPO, shared_data
 sys.path.insert(0, str(REPO / "scripts"))
 import stability_grid  # noqa: E402
 
+from fairseq_layernorm_plugins.recipes.report import unigram_bits  # noqa: E402
+
 
 def test_unigram_bits_is_entropy_of_target_tokens_with_end_of_sentence(tmp_path):
     (tmp_path / "train.en").write_text("a a b\nb\n", encoding="utf-8")
     # tokens a a b </s> b </s>: p(a) = p(b) = p(</s>) = 1/3
-    assert math.isclose(stability_grid.unigram_bits(tmp_path), math.log2(3))
+    assert math.isclose(unigram_bits(tmp_path), math.log2(3))
     (tmp_path / "train.en").write_text("a a\n", encoding="utf-8")
     # a a </s>: p = 2/3, 1/3
-    assert math.isclose(stability_grid.unigram_bits(tmp_path), -(2 / 3 * math.log2(2 / 3) + 1 / 3 * math.log2(1 / 3)))
+    assert math.isclose(unigram_bits(tmp_path), -(2 / 3 * math.log2(2 / 3) + 1 / 3 * math.log2(1 / 3)))
 
 
 def grid(tmp_path, *extra):
@@ -68,9 +70,7 @@ def test_one_cell_end_to_end_resumes_and_refuses_another_budget(tmp_path):
     (cell,) = report["cells"]
     assert (cell["method"], cell["depth"], cell["lr"], cell["warmup"]) == ("preln", "1L-1L", 0.001, 0)
     assert math.isfinite(cell["valid_nll"]) and cell["status"] in ("trained", "stalled")
-    assert cell["status"] == (
-        "stalled" if cell["valid_nll"] >= stability_grid.unigram_bits(tmp_path / "data") else "trained"
-    )
+    assert cell["status"] == ("stalled" if cell["valid_nll"] >= unigram_bits(tmp_path / "data") else "trained")
     markdown = (tmp_path / "grid.md").read_text()
     assert "python scripts/stability_grid.py --iwslt-dir" in markdown
     assert "| method | 1L-1L lr 0.001 no warm-up |" in markdown

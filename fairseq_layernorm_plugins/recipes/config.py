@@ -16,7 +16,8 @@ from pathlib import Path
 
 import yaml
 
-CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
+REPO = Path(__file__).resolve().parents[2]  # the checkout (the package is installed editable)
+CONFIG_DIR = REPO / "configs"
 # fairseq groups whose ``_name`` is a component choice, and the flag that selects it
 NAME_FLAGS = {
     "task": "--task",

@@ -13,8 +13,9 @@ import csv
 import io
 import json
 import logging
+import math
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import NamedTuple
 
@@ -192,6 +193,18 @@ def _epoch_at(epoch_at, update, fallback):
     return min(epoch_at[last] + (update - last) * per_update, fallback)
 
 
+def unigram_bits(data, target="en"):
+    """Entropy (bits per token, end of sentence included) of the training targets' unigram
+    distribution: the validation loss of a model that learned only word frequencies."""
+    counts = Counter()
+    lines = Path(data, f"train.{target}").read_text(encoding="utf-8").splitlines()
+    for line in lines:
+        counts.update(line.split())
+    counts["</s>"] = len(lines)
+    total = sum(counts.values())
+    return -sum(n / total * math.log2(n / total) for n in counts.values())
+
+
 def baseline_rows(run_dirs, baseline="postln"):
     """Per run: method, headline BLEU (label, signature), updates, training minutes and final
     validation loss, with the differences to the ``baseline`` method's run (None without one)."""
@@ -360,7 +373,7 @@ def plot_curves(run_dirs, output, title=""):
 MAIN_DOC = """Collect evaluated runs into a paper's table (Markdown + CSV, ours beside the
 paper's number) and plot their training curves (PNG):
 
-    python scripts/make_table.py runs/ --table wmt14/admin --out results/wmt14_admin
+    fairseq-ln-table runs/ --table wmt14/admin --out results/wmt14_admin
     -> results/wmt14_admin.md, .csv, .png
 
 A table is a recipe directory under configs/ (iwslt14, iwslt14_mini, wmt14/admin,

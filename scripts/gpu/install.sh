@@ -30,6 +30,9 @@ need = {"torch": "torch", "numpy": "numpy", "Cython": "cython", "setuptools": "s
 print(" ".join(label for module, label in need.items() if importlib.util.find_spec(module) is None))
 ') || fail "$PYTHON does not run"
 [ -z "$missing" ] || fail "$PYTHON lacks: $missing; install them first (torch: the node's CUDA build, before anything else)"
+# pyproject.toml metadata and the editable install of this repository (PEP 660) need setuptools >= 64
+"$PYTHON" -c 'import setuptools, sys; sys.exit(int(setuptools.__version__.split(".")[0]) < 64)' \
+    || fail "$PYTHON has setuptools $("$PYTHON" -c 'import setuptools; print(setuptools.__version__)'); this repository needs >= 64"
 if ! "$PYTHON" -c 'import sklearn' 2>/dev/null && ! ls "$wheels"/scikit_learn-*.whl >/dev/null 2>&1; then
     fail "$PYTHON lacks scikit-learn (fairseq imports it) and $bundle has none: install it, or collect with --with-scikit-learn"
 fi
