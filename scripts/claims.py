@@ -1,0 +1,425 @@
+#!/usr/bin/env python
+"""Each paper's headline claim at CPU scale, on Multi30k De-En, trained long enough to decide:
+
+    python scripts/claims.py b2t --jobs 2                           # -> runs/claims/b2t.{md,json,png}
+    python scripts/claims.py admin --jobs 2 --out docs/claims/admin
+    python scripts/claims.py --list                                 # the claims and their runs
+
+A claim is a handful of runs of the Multi30k recipes (configs/multi30k/<method>.yaml: each
+method's own model options, initialisation, dropout and decoding) at one depth and width,
+trained with the same optimizer, peak learning rate and schedule family:
+
+* "warm-up W": linear from 1e-7 to the peak over W updates, then peak * sqrt(W / t)
+  (fairseq's inverse_sqrt, the papers' Post-LN schedule);
+* "no warm-up": the peak from the first update, then the same decay after update W
+  (inverse_sqrt with warmup_init_lr = lr), so that the two differ only in the warm-up.
+
+Every run is validated every ``--validate-every`` updates: loss, and greedy SacreBLEU on the
+1,014 validation sentences (fairseq's ``--eval-bleu``, detokenised and cased); at the end the
+last checkpoint translates test_2016_flickr with beam 5 (detokenised, cased SacreBLEU). A run
+is "diverged" when its loss became NaN/inf, "stalled" when its final validation NLL is not
+below the unigram entropy of the training targets, otherwise "trained".
+
+Writes OUT.json (per run: spec, status, validation curve, final numbers), OUT.md (table and
+command) and OUT.png (validation BLEU and loss against updates). Resumable: finished runs are
+kept in OUT.json, an interrupted run resumes from its checkpoint_last.pt, and a run whose
+spec (or the budget) changed is trained again from scratch.
+"""
+
+import argparse
+import json
+import math
+import os
+import shutil
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BUDGET = ("updates", "validate_every", "max_tokens", "seed")  # with each run's spec: what makes runs comparable
+
+
+@dataclass(frozen=True)
+class Run:
+    """One training run of a claim: a Multi30k recipe with the claim's optimizer and schedule."""
+
+    label: str
+    method: str  # configs/multi30k/<method>.yaml
+    warmup: int = 0  # 0: no warm-up (the peak at once; decay after the claim's decay_after updates)
+    optimizer: str = "adam"
+    model: dict = field(default_factory=dict)  # model options on top of the recipe's
+
+    @property
+    def key(self):
+        return self.label.replace(" ", "_").replace("/", "-")
+
+
+@dataclass(frozen=True)
+class Claim:
+    paper: str
+    statement: str
+    depth: str
+    width: int
+    lr: float
+    decay_after: int  # the no-warm-up runs' inverse-sqrt decay starts here (the warm-up runs' W)
+    runs: tuple
+    baseline: str  # the run whose final validation BLEU the others are timed against
+
+    def run(self, label):
+        return next(r for r in self.runs if r.label == label)
+
+
+CLAIMS = {
+    "preln": Claim(
+        paper="Pre-LN (Xiong et al. 2020), Sec. 4 / Fig. 3",
+        statement="Pre-LN without warm-up reaches the BLEU of Post-LN with warm-up in fewer updates; "
+        "Post-LN without warm-up lags or fails.",
+        depth="6L-6L",
+        width=128,
+        lr=1e-3,
+        decay_after=300,
+        runs=(
+            Run("postln warm-up", "postln", warmup=300),
+            Run("postln no warm-up", "postln"),
+            Run("preln no warm-up", "preln"),
+        ),
+        baseline="postln warm-up",
+    ),
+    "admin": Claim(
+        paper="Admin (Liu et al. 2020), Table 1 / Fig. 1",
+        statement="At depth with warm-up (the Admin recipe: lr 1e-3, RAdam; Adam too), Post-LN fails or lags, "
+        "Admin trains and ends at or above Pre-LN.",
+        depth="12L-12L",
+        width=64,
+        lr=1e-3,
+        decay_after=450,
+        runs=tuple(
+            Run(f"{method} {optimizer}", method, warmup=450, optimizer=optimizer)
+            for optimizer in ("radam", "adam")
+            for method in ("postln", "preln", "admin")
+        ),
+        baseline="preln radam",
+    ),
+    "tfixup": Claim(
+        paper="T-Fixup (Huang et al. 2020), Sec. 5",
+        statement="A deep model without any LayerNorm trains without warm-up (T-Fixup's initialisation); "
+        "Post-LN without warm-up does not.",
+        depth="18L-18L",
+        width=64,
+        lr=5e-4,
+        decay_after=300,
+        runs=(
+            Run("tfixup no warm-up", "tfixup"),
+            Run("postln no warm-up", "postln"),
+            Run("preln no warm-up", "preln"),
+        ),
+        baseline="preln no warm-up",
+    ),
+    "b2t": Claim(
+        paper="B2T connection (Takase et al. 2023), Table 2 (18L-18L)",
+        statement="At 18L-18L with warm-up, Post-LN fails while B2T trains and ends at or above Pre-LN; "
+        "B2T without LayerNorm trains.",
+        depth="18L-18L",
+        width=64,
+        lr=1e-3,
+        decay_after=300,
+        runs=(
+            Run("postln", "postln", warmup=300),
+            Run("preln", "preln", warmup=300),
+            Run("b2t", "b2t", warmup=300),
+            # the paper's w/o-LN scales alone give logits of std ~160 at d=64 (docs/claims.md); the
+            # authors' released code also rescales every non-LN weight by N^-0.5 whenever B2T is on
+            Run(
+                "b2t w/o LN, rescaled", "b2t", warmup=300, model={"b2t_no_layer_norm": True, "b2t_weight_rescale": True}
+            ),
+        ),
+        baseline="preln",
+    ),
+}
+
+
+def run_recipe(claim, run, args):
+    """The run's Recipe: configs/multi30k/<method>.yaml at the claim's depth, width, optimizer
+    and schedule, for ``args.updates`` updates."""
+    from fairseq_layernorm_plugins.recipes.config import Recipe, load_recipe, merge
+
+    recipe = load_recipe(f"multi30k/{run.method}")
+    warmup = run.warmup or claim.decay_after
+    schedule = {"_name": "inverse_sqrt", "warmup_updates": warmup, "warmup_init_lr": 1e-7 if run.warmup else claim.lr}
+    width = claim.width
+    data = merge(
+        recipe.data,
+        {
+            "depths": {claim.depth: {}},
+            "tokens_per_update": args.max_tokens,
+            # a stalled model writes to the length limit: keep its decoding short
+            "generate": {"beam": 5, "average_last": 1, "extra": ["--max-len-a", "1.2", "--max-len-b", "10"]},
+            "fairseq": {
+                "optimizer": {"_name": run.optimizer, "adam_betas": "(0.9, 0.98)", "weight_decay": 0.0001},
+                "optimization": {"lr": [claim.lr], "max_update": args.updates, "max_epoch": 0},
+                "dataset": {"max_tokens": args.max_tokens},
+                "model": {
+                    "encoder_embed_dim": width,
+                    "decoder_embed_dim": width,
+                    "encoder_ffn_embed_dim": 4 * width,
+                    "decoder_ffn_embed_dim": 4 * width,
+                    "encoder_attention_heads": 4,
+                    "decoder_attention_heads": 4,
+                    **run.model,
+                },
+                "common": {"log_interval": 25},
+            },
+        },
+    )
+    data["fairseq"]["lr_scheduler"] = schedule  # the recipe's whole schedule replaced (e.g. T-Fixup's decay_period)
+    return Recipe(recipe.name, recipe.path, data).with_depth(claim.depth)
+
+
+def run_spec(claim, run, args):
+    """(Recipe, spec): the spec is everything that decides the run's outcome (the run, its claim's
+    settings and the budget, the fairseq options); a run made with another spec is trained again."""
+    recipe = run_recipe(claim, run, args)  # its fairseq options hold the claim's depth, width, lr and schedule
+    return recipe, {"run": asdict(run), "claim": args.claim, "budget": budget(args), "fairseq": recipe.fairseq}
+
+
+def eval_bleu_flags(every):
+    """fairseq-train flags for validation every ``every`` updates with greedy, detokenised, cased
+    SacreBLEU on the validation set (the data is SentencePiece over untokenised text)."""
+    return [
+        "--validate-interval-updates",
+        str(every),
+        "--save-interval-updates",
+        str(every),
+        "--keep-interval-updates",
+        "1",
+        "--eval-bleu",
+        "--eval-bleu-args",
+        json.dumps({"beam": 1, "max_len_a": 1.2, "max_len_b": 10}),
+        "--eval-bleu-detok",
+        "space",
+        "--eval-bleu-remove-bpe",
+        "sentencepiece",
+        "--no-progress-bar",
+    ]
+
+
+def train_run(claim, run, args):
+    """Train (or resume) and evaluate one run; returns its record for OUT.json."""
+    from fairseq_layernorm_plugins.recipes.evaluate import evaluate
+    from fairseq_layernorm_plugins.recipes.launch import Launch, data_bin, train
+    from fairseq_layernorm_plugins.recipes.report import read_log_curves, unigram_bits
+
+    recipe, spec = run_spec(claim, run, args)
+    run_dir = Path(args.runs) / args.claim / run.key
+    spec_file = run_dir / "spec.json"
+    if spec_file.exists() and json.loads(spec_file.read_text()) != spec:
+        print(f"[{run.label}] spec changed: training again from scratch", flush=True)
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    spec_file.write_text(json.dumps(spec, indent=1))
+    launch = Launch(
+        recipe,
+        str(data_bin(args.data, recipe, REPO)),
+        str(run_dir / "checkpoints"),
+        cpu_workers=1,
+        seed=args.seed,
+        extra=eval_bleu_flags(args.validate_every),
+    )
+    start = time.time()
+    record = {"label": run.label, "method": run.method, "optimizer": run.optimizer, "warmup": run.warmup, "spec": spec}
+    try:
+        train(launch, run_dir)
+        test = evaluate(run_dir, echo=lambda *a: None)["bleu"]["sacrebleu"]["score"]
+    except RuntimeError as err:  # fairseq stops on NaN/inf losses
+        record["error"], test = str(err).splitlines()[0], 0.0
+    curves = read_log_curves(run_dir / "train.log")
+    valid = [{"update": v["update"], "nll": v["nll_loss"], "bleu": v["bleu"]} for v in curves["valid"]]
+    final_nll = valid[-1]["nll"] if valid and "error" not in record else float("nan")
+    status = (
+        "diverged"
+        if not math.isfinite(final_nll)
+        else "stalled"
+        if final_nll >= unigram_bits(args.data_dir)
+        else "trained"
+    )
+    record.update(
+        status=status,
+        valid=valid,
+        train_loss=[(p["update"], p["loss"]) for p in curves["train"]],
+        test_bleu=test,
+        updates=curves["end"]["update"],
+        minutes=round((time.time() - start) / 60, 2),
+    )
+    return record
+
+
+def budget(args):
+    return {name: getattr(args, name) for name in BUDGET}
+
+
+def first_update_reaching(record, bleu):
+    """The first validated update whose BLEU is at least ``bleu`` (None if none)."""
+    return next((v["update"] for v in record["valid"] if v["bleu"] is not None and v["bleu"] >= bleu), None)
+
+
+def render(claim_name, records, commands, out, unigram):
+    """OUT.md (table: status, final validation NLL and BLEU, updates to the baseline's final
+    validation BLEU, test BLEU) and OUT.png (validation BLEU and NLL against updates)."""
+    from fairseq_layernorm_plugins import models  # noqa: F401  (registers every method)
+    from fairseq_layernorm_plugins.methods import METHODS
+    from fairseq_layernorm_plugins.recipes.report import pyplot
+
+    claim = CLAIMS[claim_name]
+    order = [r.label for r in claim.runs]
+    records = sorted(records, key=lambda r: order.index(r["label"]))
+    base = next((r for r in records if r["label"] == claim.baseline and r["valid"]), None)
+    target = base["valid"][-1]["bleu"] if base else None
+    lines = [
+        f"### {claim_name}: {claim.paper}",
+        "",
+        f"Claim: {claim.statement}",
+        "",
+        "Made by:",
+        "",
+        *[f"    {c}" for c in commands],
+        "",
+        f"Multi30k De-En, {claim.depth}, d={claim.width} (FFN {4 * claim.width}, 4 heads), peak lr {claim.lr:g}, "
+        f"no-warm-up runs decay after update {claim.decay_after}; validation: greedy SacreBLEU on 1,014 sentences; "
+        f"test: beam 5, SacreBLEU on test_2016_flickr. Stalled = final validation NLL not below the unigram "
+        f"entropy of the training targets ({unigram:.2f} bits).",
+        "",
+        "| run | optimizer | warm-up | status | final valid NLL | final valid BLEU | best valid BLEU | "
+        f"updates to {target if target is None else f'{target:.1f}'} valid BLEU ({claim.baseline}) | test BLEU |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in records:
+        last = r["valid"][-1] if r["valid"] else {"nll": float("nan"), "bleu": None}
+        best = max((v["bleu"] for v in r["valid"] if v["bleu"] is not None), default=None)
+        reach = first_update_reaching(r, target) if target is not None else None
+        lines.append(
+            f"| {r['label']} | {r['optimizer']} | {r['warmup'] or 'none'} | {r['status']} | {last['nll']:.3f} | "
+            f"{_fmt(last['bleu'])} | {_fmt(best)} | {reach if reach is not None else 'not reached'} | "
+            f"{r['test_bleu']:.2f} |"
+        )
+    Path(f"{out}.md.tmp").write_text("\n".join(lines) + "\n")
+
+    plt = pyplot()
+    fig, (ax_bleu, ax_nll) = plt.subplots(1, 2, figsize=(11, 4))
+    styles = ("-", "--", ":", "-.")
+    for r in records:
+        colour = METHODS[r["method"]].colour
+        style = styles[
+            (0 if r["optimizer"] == "adam" else 1)
+            + (2 if r["label"].endswith("no warm-up") or "w/o" in r["label"] else 0)
+        ]
+        updates = [v["update"] for v in r["valid"]]
+        ax_bleu.plot(updates, [v["bleu"] or 0.0 for v in r["valid"]], style, color=colour, label=r["label"], marker=".")
+        ax_nll.plot(updates, [v["nll"] for v in r["valid"]], style, color=colour, label=r["label"], marker=".")
+    if target is not None:
+        ax_bleu.axhline(target, color="grey", lw=0.6)
+    ax_nll.axhline(unigram, color="grey", lw=0.6, ls=":", label="unigram entropy")
+    ax_bleu.set(xlabel="updates", ylabel="validation BLEU (greedy)", title=f"{claim_name}: {claim.depth}")
+    ax_nll.set(xlabel="updates", ylabel="validation NLL (bits/token)", title="validation NLL")
+    ax_nll.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(f"{out}.png.tmp.png", dpi=110)
+    plt.close(fig)
+    Path(f"{out}.png.tmp.png").replace(f"{out}.png")
+    Path(f"{out}.md.tmp").replace(f"{out}.md")
+    return "\n".join(lines)
+
+
+def _fmt(value):
+    return "" if value is None else f"{value:.2f}"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("claim", nargs="?", choices=sorted(CLAIMS))
+    parser.add_argument("--list", action="store_true", help="print the claims and their runs, and exit")
+    parser.add_argument("--runs-only", nargs="+", metavar="LABEL", help="train only these runs of the claim")
+    parser.add_argument("--updates", type=int, default=2000, help="updates per run (default 2000)")
+    parser.add_argument("--validate-every", type=int, default=200, help="validate every N updates (default 200)")
+    parser.add_argument("--max-tokens", type=int, default=2048, help="tokens per update (default 2048)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--jobs", type=int, default=1, help="runs trained at once, each with cores / JOBS threads")
+    parser.add_argument(
+        "--data-dir", default=str(REPO / "data" / "multi30k.de-en"), help="prepared Multi30k (prepared if missing)"
+    )
+    parser.add_argument(
+        "--test-lines", type=int, default=0, help="prepare the test set as N evenly spaced lines (default 0: all)"
+    )
+    parser.add_argument("--runs", default=str(REPO / "runs" / "claims"), help="run directories go to RUNS/CLAIM/")
+    parser.add_argument("--out", help="writes OUT.md, OUT.png, OUT.json (default: RUNS/CLAIM)")
+    args = parser.parse_args(argv)
+    if args.list or not args.claim:
+        for name, claim in CLAIMS.items():
+            print(f"{name}: {claim.paper}, {claim.depth} d={claim.width} lr {claim.lr:g}\n  {claim.statement}")
+            for run in claim.runs:
+                print(
+                    f"  - {run.label}: {run.method}, {run.optimizer}, warm-up {run.warmup or 'none'} {run.model or ''}"
+                )
+        return
+    claim = CLAIMS[args.claim]
+    unknown = set(args.runs_only or ()) - {r.label for r in claim.runs}
+    if unknown:
+        parser.error(f"{args.claim} has no run(s) {sorted(unknown)}; see --list")
+    args.data = args.data_dir
+    out = Path(args.out or Path(args.runs) / args.claim)
+
+    from fairseq_layernorm_plugins.prepare.multi30k import default_raw_dir, prepare
+    from fairseq_layernorm_plugins.prepare.textio import DataError
+    from fairseq_layernorm_plugins.recipes.report import unigram_bits
+
+    try:
+        # as the main job prepares it, so that the two share one data directory
+        prepare(
+            args.data_dir,
+            raw_dir=default_raw_dir(),
+            download_dir=str(REPO / "data" / "downloads"),
+            test_lines=args.test_lines or None,
+        )
+    except DataError as err:
+        sys.exit(f"error: {err}")
+    results = Path(f"{out}.json")
+    previous = (
+        json.loads(results.read_text()) if results.exists() else {"commands": [], "budget": budget(args), "runs": []}
+    )
+    if previous["budget"] != budget(args):
+        sys.exit(f"error: {results} holds runs made with {previous['budget']}, not {budget(args)}; use another --out")
+    specs = {run.label: run_spec(claim, run, args)[1] for run in claim.runs}
+    done = {r["label"]: r for r in previous["runs"] if r["label"] in specs and r.get("spec") == specs[r["label"]]}
+    command = "python scripts/claims.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    commands = previous["commands"] + ([command] if command not in previous["commands"] else [])
+    wanted = [r for r in claim.runs if not args.runs_only or r.label in args.runs_only]
+    todo = [r for r in wanted if r.label not in done]
+    print(
+        f"{args.claim}: {len(wanted) - len(todo)} of {len(wanted)} runs done; training {len(todo)}, {args.jobs} at once"
+    )
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.jobs)))  # inherited by fairseq
+    out.parent.mkdir(parents=True, exist_ok=True)
+    start = time.time()
+    with ThreadPoolExecutor(args.jobs) as pool:  # each run is a fairseq subprocess; threads only wait
+        futures = {pool.submit(train_run, claim, run, args): run for run in todo}
+        for n, future in enumerate(as_completed(futures), 1):
+            record = future.result()
+            done[record["label"]] = record
+            last = record["valid"][-1] if record["valid"] else {}
+            print(
+                f"[{n}/{len(todo)}] {record['label']}: {record['status']}, valid NLL {last.get('nll', float('nan')):.3f}, "
+                f"valid BLEU {_fmt(last.get('bleu'))}, test BLEU {record['test_bleu']:.2f} ({record['minutes']} min)",
+                flush=True,
+            )
+            tmp = results.with_suffix(".json.tmp")
+            tmp.write_text(
+                json.dumps({"commands": commands, "budget": budget(args), "runs": list(done.values())}, indent=1)
+            )
+            tmp.replace(results)
+    print(render(args.claim, list(done.values()), commands, out, unigram_bits(args.data_dir)))
+    print(f"wrote {out}.md, .png, .json ({(time.time() - start) / 60:.1f} min for {len(todo)} runs)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,77 @@
+"""scripts/claims.py end to end on real Multi30k with a toy claim: warm-up vs no warm-up as the
+schedule the docstring promises, validation BLEU at each validation, the report files,
+resuming, retraining a run whose spec changed, and refusing another budget."""
+
+import json
+import sys
+
+import pytest
+from conftest import REPO, shared_data
+
+sys.path.insert(0, str(REPO / "scripts"))
+import claims  # noqa: E402
+
+TOY = claims.Claim(
+    paper="toy",
+    statement="toy",
+    depth="1L-1L",
+    width=16,
+    lr=1e-3,
+    decay_after=300,
+    runs=(claims.Run("postln warm-up", "postln", warmup=300), claims.Run("preln no warm-up", "preln")),
+    baseline="postln warm-up",
+)
+
+
+def end_of_epoch_lr(run_dir):
+    from fairseq_layernorm_plugins.recipes.report import log_record
+
+    records = [
+        r for k, r in filter(None, map(log_record, (run_dir / "train.log").read_text().splitlines())) if k == "train"
+    ]
+    return float(records[-1]["train_lr"])
+
+
+def test_first_update_reaching():
+    record = {"valid": [{"update": 2, "bleu": 1.0}, {"update": 4, "bleu": None}, {"update": 6, "bleu": 3.0}]}
+    assert claims.first_update_reaching(record, 1.0) == 2
+    assert claims.first_update_reaching(record, 2.0) == 6
+    assert claims.first_update_reaching(record, 3.5) is None
+
+
+@pytest.mark.slow(2)
+def test_toy_claim_end_to_end(tmp_path, monkeypatch, capsys):
+    shared_data("multi30k", "task1_raw")
+    monkeypatch.setitem(claims.CLAIMS, "toy", TOY)
+    args = ["toy", "--updates", "4", "--validate-every", "2", "--test-lines", "20", "--jobs", "2"]
+    args += ["--data-dir", str(tmp_path / "data"), "--runs", str(tmp_path / "runs")]
+    claims.main(args)
+    out = tmp_path / "runs" / "toy"
+    result = json.loads(out.with_suffix(".json").read_text())
+    runs = {r["label"]: r for r in result["runs"]}
+    assert set(runs) == {"postln warm-up", "preln no warm-up"}
+    for record in runs.values():
+        assert [v["update"] for v in record["valid"]] == [2, 4]
+        assert all(v["bleu"] is not None for v in record["valid"])  # fairseq's --eval-bleu ran
+        assert record["updates"] == 4 and record["status"] in ("trained", "stalled")
+    # warm-up: linear from 1e-7 over 300 updates; no warm-up: the peak from the first update
+    assert end_of_epoch_lr(out / "postln_warm-up") == pytest.approx(1e-7 + 4 * (1e-3 - 1e-7) / 300, rel=1e-3)
+    assert end_of_epoch_lr(out / "preln_no_warm-up") == pytest.approx(1e-3)
+    markdown = out.with_suffix(".md").read_text()
+    assert "| postln warm-up | adam | 300 |" in markdown and "| preln no warm-up | adam | none |" in markdown
+    assert out.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len((out / "preln_no_warm-up" / "test.hyp.detok.en").read_text().splitlines()) == 20
+
+    capsys.readouterr()
+    claims.main(args)  # resumes: nothing to train
+    assert "2 of 2 runs done; training 0" in capsys.readouterr().out
+
+    monkeypatch.setitem(claims.CLAIMS, "toy", claims.Claim(**{**TOY.__dict__, "width": 32}))
+    claims.main(args)  # another spec: both runs trained again from scratch
+    printed = capsys.readouterr().out
+    assert "0 of 2 runs done; training 2" in printed and printed.count("spec changed: training again from scratch") == 2
+    for key in ("postln_warm-up", "preln_no_warm-up"):
+        assert json.loads((out / key / "spec.json").read_text())["fairseq"]["model"]["encoder_embed_dim"] == 32
+
+    with pytest.raises(SystemExit, match="holds runs made with"):
+        claims.main([a if a != "4" else "6" for a in args])
