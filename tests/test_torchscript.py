@@ -15,6 +15,7 @@ from fairseq_layernorm_plugins.models.base import ARCH_FAMILIES
 VARIANTS = [(family, ()) for family in sorted(ARCH_FAMILIES)] + [
     ("transformer_b2t", ("--b2t-no-layer-norm",)),
     ("transformer_admin", ("--admin-init", "closed-logn")),
+    ("transformer_preln", ("--fused-attention",)),
 ]
 
 

@@ -43,6 +43,13 @@ class PluginTransformerModel(TransformerModel):
             "Xavier-uniform with zero bias, attention q/k/v biases zero); fairseq: fairseq 0.12's, as its "
             "stock transformer (nn.Linear defaults). Default: paper",
         )
+        parser.add_argument(
+            "--fused-attention",
+            action="store_true",
+            help="run encoder-decoder attention outside incremental decoding on PyTorch's fused "
+            "scaled_dot_product_attention path, as fairseq already runs self-attention (same results "
+            "within float rounding; modules/attention.py)",
+        )
 
     @classmethod
     def build_model(cls, args, task):
@@ -116,6 +123,7 @@ def register_arch_family(model_name, method_defaults):
 
         def arch(args, size_defaults=size_defaults):
             args.init_style = getattr(args, "init_style", "paper")
+            args.fused_attention = getattr(args, "fused_attention", False)
             method_defaults(args)
             size_defaults(args)
 

@@ -7,6 +7,7 @@ override fairseq's hooks (``residual_connection``, ``build_fc1``,
 :class:`PluginTransformerEncoder` / :class:`PluginTransformerDecoder`.
 """
 
+from fairseq_layernorm_plugins.modules.attention import FusedAttentionMixin, FusedCrossAttention
 from fairseq_layernorm_plugins.modules.init import (
     INIT_STYLES,
     PluginDecoderLayer,
@@ -25,6 +26,8 @@ from fairseq_layernorm_plugins.modules.stacks import (
 )
 
 __all__ = [
+    "FusedAttentionMixin",
+    "FusedCrossAttention",
     "INIT_STYLES",
     "PluginEncoderLayer",
     "PluginDecoderLayer",

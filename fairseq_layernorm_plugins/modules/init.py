@@ -18,6 +18,8 @@ rescale) is applied after this, on top of it.
 import torch
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 
+from fairseq_layernorm_plugins.modules.attention import FusedAttentionMixin
+
 INIT_STYLES = ("paper", "fairseq")
 
 
@@ -58,7 +60,8 @@ class PluginEncoderLayer(InitStyleMixin, TransformerEncoderLayerBase):
     Input x (T, B, C), ``encoder_padding_mask`` (B, T); output (T, B, C)."""
 
 
-class PluginDecoderLayer(InitStyleMixin, TransformerDecoderLayerBase):
-    """fairseq's decoder layer with ``--init-style``; every method's decoder layers derive from it.
+class PluginDecoderLayer(InitStyleMixin, FusedAttentionMixin, TransformerDecoderLayerBase):
+    """fairseq's decoder layer with ``--init-style`` and ``--fused-attention``; every method's
+    decoder layers derive from it.
 
     Input x (T, B, C), encoder output (S, B, C); output (T, B, C)."""
