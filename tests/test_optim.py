@@ -5,6 +5,7 @@ import math
 
 import pytest
 import torch
+from conftest import PLUGIN_DIR
 from fairseq import optim, options
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from fairseq.optim.fp16_optimizer import FP16Optimizer
@@ -249,3 +250,69 @@ def test_epoch_decay_resume_before_decay_epoch(tiny_data_bin):
 def test_schedules_reject_bad_flags(tiny_data_bin, flags, message):
     with pytest.raises(ValueError, match=message):
         schedule(tiny_data_bin, *flags)
+
+
+def adam_pair(data_bin, *flags):
+    """Two sets of equal parameters, one under --optimizer adam, one under adam_foreach."""
+    torch.manual_seed(0)
+    stock = [torch.nn.Parameter(torch.randn(shape)) for shape in ((4, 3), (3,), (2, 2, 2))]
+    foreach = [torch.nn.Parameter(p.detach().clone()) for p in stock]
+    optimizers = [
+        optim.build_optimizer(config(data_bin, "--optimizer", name, *flags).optimizer, params)
+        for name, params in (("adam", stock), ("adam_foreach", foreach))
+    ]
+    return (stock, foreach), optimizers
+
+
+def test_adam_foreach_is_fairseqs_adam_step_for_step(tiny_data_bin):
+    """The same parameters and state as fairseq's per-parameter loop, bit for bit, with weight
+    decay and a parameter that misses its gradient in some updates (its step count lags)."""
+    (stock, foreach), (opt_stock, opt_foreach) = adam_pair(
+        tiny_data_bin, "--lr", "0.01", "--adam-betas", "(0.9, 0.98)", "--weight-decay", "0.1"
+    )
+    assert type(opt_foreach).__name__ == type(opt_stock).__name__ == "FairseqAdam"  # fairseq's checkpoint check
+    for update in range(6):
+        grads = [torch.randn_like(p) for p in stock]
+        for params, opt in ((stock, opt_stock), (foreach, opt_foreach)):
+            for i, (p, g) in enumerate(zip(params, grads)):
+                p.grad = None if (i == 1 and update in (2, 3)) else g.clone()
+            opt.step()
+    for p, q in zip(stock, foreach):
+        assert torch.equal(p, q)
+        for key in ("exp_avg", "exp_avg_sq"):
+            assert torch.equal(opt_stock.optimizer.state[p][key], opt_foreach.optimizer.state[q][key])
+        assert opt_stock.optimizer.state[p]["step"] == opt_foreach.optimizer.state[q]["step"]
+    assert opt_foreach.optimizer.state[foreach[1]]["step"] == 4
+
+
+def test_adam_foreach_takes_fairseqs_loop_for_half_parameters(tiny_data_bin):
+    """--memory-efficient-fp16 hands the optimizer fp16 parameters: fairseq's own step runs."""
+    (stock, foreach), (opt_stock, opt_foreach) = adam_pair(tiny_data_bin, "--lr", "0.01")
+    for params in (stock, foreach):
+        for p in params:
+            p.data = p.data.half()
+    for params, opt in ((stock, opt_stock), (foreach, opt_foreach)):
+        for p in params:
+            p.grad = torch.ones_like(p)
+        opt.step()
+    assert all(torch.equal(p, q) and q.dtype == torch.float16 for p, q in zip(stock, foreach))
+
+
+def test_adam_foreach_resumes_an_adam_run_and_back(tiny_data_bin, tmp_path):
+    """fairseq-train: 4 updates with adam_foreach then 4 with adam (from its checkpoint) log the
+    losses of 8 updates with adam alone."""
+    from conftest import TINY_MODEL, json_records, run_cli
+
+    def train(save, optimizer, updates, *extra):
+        log = run_cli(
+            "fairseq-train", tiny_data_bin, "--user-dir", PLUGIN_DIR, "--arch", "transformer_preln", *TINY_MODEL,
+            "--optimizer", optimizer, "--lr", "0.005", "--max-tokens", "200", "--max-update", updates,
+            "--save-dir", save, "--no-epoch-checkpoints", "--log-format", "json",
+            "--log-interval", "1", "--seed", "3", "--cpu", "--no-progress-bar", "--dropout", "0", *extra,
+        )  # fmt: skip
+        return [r["loss"] for r in json_records(log, "train_inner")]
+
+    reference = train(tmp_path / "a", "adam", 8)
+    first = train(tmp_path / "b", "adam_foreach", 4)
+    second = train(tmp_path / "b", "adam", 8)  # resumes from checkpoint_last.pt, at update 4
+    assert first + second == reference and len(reference) == 8
