@@ -192,13 +192,8 @@ def test_check_dry_run_trains_scores_and_resumes(check_data, tmp_path):
             assert set(r["bleu"]) == {"sacrebleu", "tokenized", "compound_split"} and r["sentences"] == 16
     assert [(row["precision"], row["compared"], row["equal"]) for row in report["omegas"]] == [("fp32", 10, True)]
     bench = report["throughput"][0]
-    assert "error" not in bench and set(bench["archs"]) == {
-        "transformer_preln",
-        "transformer_deepnet",
-        "transformer_b2t",
-        "transformer_admin",
-        "transformer_tfixup",
-    }
+    methods = {"transformer_preln", "transformer_deepnet", "transformer_b2t", "transformer_admin", "transformer_tfixup"}
+    assert "error" not in bench and set(bench["archs"]) == methods | {m + "+fast" for m in methods}
     markdown = (out / "check.md").read_text()
     for heading in ("### a. Every method", "### b. Admin's omegas", "### c. Throughput", "### d. 3L-3L"):
         assert heading in markdown

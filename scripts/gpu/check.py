@@ -293,7 +293,7 @@ def omega_comparison(records):
 
 
 _BENCH_LINE = re.compile(
-    r"^(transformer_\w+)\s+speed ratio ([\d.]+) \(spread ([\d.]+)-([\d.]+)\).*?matmul FLOPs ratio ([\d.]+)"
+    r"^(transformer_\w+(?:\+fast)?)\s+speed ratio ([\d.]+) \(spread ([\d.]+)-([\d.]+)\).*?matmul FLOPs ratio ([\d.]+)"
     r"(?:; peak memory ratio ([\d.]+))?"
 )
 _BENCH_BASE = re.compile(r"baseline fairseq transformer (\d+) wps")
