@@ -12,6 +12,8 @@ fairseq's decoder asks its alignment layer (the last, by default) for per-head a
 weights in every pass; only fairseq's own path returns those, so that layer keeps it.
 """
 
+import copy
+
 from fairseq.modules import MultiheadAttention
 from torch import Tensor
 
@@ -23,6 +25,13 @@ class FusedCrossAttention(MultiheadAttention):
 
     Input query (T, B, C), key and value (S, B, C_enc), ``key_padding_mask`` (B, S);
     output (T, B, C) and, with ``need_weights``, weights averaged over heads (B, T, S)."""
+
+    def __prepare_scriptable__(self):
+        """TorchScript: fairseq's own class over the same parameters (scripted, fairseq's attention
+        never takes the fused path, and TorchScript cannot compile ``super()``)."""
+        plain = copy.copy(self)
+        plain.__class__ = MultiheadAttention
+        return plain
 
     def forward(
         self,
