@@ -67,11 +67,18 @@ def test_toy_claim_end_to_end(tmp_path, monkeypatch, capsys):
     assert "2 of 2 runs done; training 0" in capsys.readouterr().out
 
     monkeypatch.setitem(claims.CLAIMS, "toy", claims.Claim(**{**TOY.__dict__, "width": 32}))
-    claims.main(args)  # another spec: both runs trained again from scratch
+    claims.main([*args, "--runs-only", "preln no warm-up"])  # another spec: trained again from scratch
     printed = capsys.readouterr().out
-    assert "0 of 2 runs done; training 2" in printed and printed.count("spec changed: training again from scratch") == 2
-    for key in ("postln_warm-up", "preln_no_warm-up"):
-        assert json.loads((out / key / "spec.json").read_text())["fairseq"]["model"]["encoder_embed_dim"] == 32
+    assert "0 of 1 runs done; training 1" in printed
+    assert "[preln no warm-up] spec changed: training again from scratch" in printed
+    assert (
+        json.loads((out / "preln_no_warm-up" / "spec.json").read_text())["fairseq"]["model"]["encoder_embed_dim"] == 32
+    )
+    result = json.loads(out.with_suffix(".json").read_text())
+    # OUT.json holds the runs of the claim as it now is: the other run's old record is gone
+    assert [(r["label"], r["spec"]["fairseq"]["model"]["encoder_embed_dim"]) for r in result["runs"]] == [
+        ("preln no warm-up", 32)
+    ]
 
     with pytest.raises(SystemExit, match="holds runs made with"):
         claims.main([a if a != "4" else "6" for a in args])
