@@ -66,6 +66,7 @@ class Claim:
     decay_after: int  # the no-warm-up runs' inverse-sqrt decay starts here (the warm-up runs' W)
     runs: tuple
     baseline: str  # the run whose final validation BLEU the others are timed against
+    model: dict = field(default_factory=dict)  # model options of every run (under each run's own)
 
     def run(self, label):
         return next(r for r in self.runs if r.label == label)
@@ -126,9 +127,9 @@ CLAIMS = {
         lr=1e-3,
         decay_after=300,
         runs=(
-            Run("postln", "postln", warmup=300),
-            Run("preln", "preln", warmup=300),
             Run("b2t", "b2t", warmup=300),
+            Run("preln", "preln", warmup=300),
+            Run("postln", "postln", warmup=300),
             # the paper's w/o-LN scales alone give logits of std ~160 at d=64 (docs/claims.md); the
             # authors' released code also rescales every non-LN weight by N^-0.5 whenever B2T is on
             Run(
@@ -136,6 +137,9 @@ CLAIMS = {
             ),
         ),
         baseline="preln",
+        # the paper's models, its baselines too, come from the authors' fork, which initialises
+        # as fairseq 0.12 does (nn.Linear FFN); docs/claims/b2t-xavier.* has the Xavier-FFN runs
+        model={"init_style": "fairseq"},
     ),
 }
 
@@ -167,6 +171,7 @@ def run_recipe(claim, run, args):
                     "decoder_ffn_embed_dim": 4 * width,
                     "encoder_attention_heads": 4,
                     "decoder_attention_heads": 4,
+                    **claim.model,
                     **run.model,
                 },
                 "common": {"log_interval": 25},
@@ -356,7 +361,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.list or not args.claim:
         for name, claim in CLAIMS.items():
-            print(f"{name}: {claim.paper}, {claim.depth} d={claim.width} lr {claim.lr:g}\n  {claim.statement}")
+            every = f", every run {claim.model}" if claim.model else ""
+            print(f"{name}: {claim.paper}, {claim.depth} d={claim.width} lr {claim.lr:g}{every}\n  {claim.statement}")
             for run in claim.runs:
                 print(
                     f"  - {run.label}: {run.method}, {run.optimizer}, warm-up {run.warmup or 'none'} {run.model or ''}"

@@ -1,4 +1,5 @@
-"""--init-style: the papers' fairseq 0.8/0.9 initialisation by default, fairseq 0.12's on request."""
+"""--init-style: each method's authors' initialisation by default (fairseq 0.8/0.9's, or fairseq
+0.12's for B2T, whose fork builds nn.Linear FFNs), the other on request."""
 
 import pytest
 import torch
@@ -35,8 +36,7 @@ def test_postln_with_fairseq_style_is_stock_transformer_parameter_for_parameter(
 @pytest.mark.parametrize("model", sorted(set(ARCH_FAMILIES) - {"transformer_tfixup", "transformer_deepnet"}))
 def test_paper_style_ffn_is_xavier_uniform_with_zero_biases(tiny_data_bin, model):
     """fc1/fc2 ~ U(+-sqrt(6 / (fan_in + fan_out))), biases 0; q/k/v biases 0 (fairseq 0.8)."""
-    paper, _, args = build(tiny_data_bin, model, *WIDE)
-    assert args.init_style == "paper"
+    paper, _, args = build(tiny_data_bin, model, *WIDE, "--init-style", "paper")
     fairseq_style, _, _ = build(tiny_data_bin, model, *WIDE, "--init-style", "fairseq")
     for layer, stock_layer in zip(layers(paper), layers(fairseq_style)):
         for fc, stock_fc in ((layer.fc1, stock_layer.fc1), (layer.fc2, stock_layer.fc2)):
@@ -55,11 +55,26 @@ def test_paper_style_ffn_is_xavier_uniform_with_zero_biases(tiny_data_bin, model
 
 def test_method_initialisation_applies_on_top_of_the_style(tiny_data_bin):
     """B2T's N^-0.5 rescale multiplies the paper-style weights: same seed, exact factor."""
-    plain, _, _ = build(tiny_data_bin, "transformer_b2t", *WIDE)
-    rescaled, _, _ = build(tiny_data_bin, "transformer_b2t", *WIDE, "--b2t-weight-rescale")
+    plain, _, _ = build(tiny_data_bin, "transformer_b2t", *WIDE, "--init-style", "paper")
+    rescaled, _, _ = build(tiny_data_bin, "transformer_b2t", *WIDE, "--init-style", "paper", "--b2t-weight-rescale")
     n = len(plain.encoder.layers)
     for a, b in zip(layers(plain)[:n], layers(rescaled)[:n]):
         assert torch.allclose(b.fc1.weight, a.fc1.weight * n**-0.5) and torch.count_nonzero(b.fc1.bias) == 0
+
+
+@pytest.mark.parametrize("model", sorted(ARCH_FAMILIES))
+def test_default_style_is_the_authors_own(tiny_data_bin, model):
+    """B2T's fork (takase/b2t_connection) builds fc1/fc2 as nn.Linear: fairseq 0.12's style, the
+    same parameters as asking for it; every other method's authors ran fairseq 0.8/0.9's."""
+    default, _, args = build(tiny_data_bin, model, *WIDE)
+    expected = "fairseq" if model == "transformer_b2t" else "paper"
+    assert args.init_style == expected
+    explicit, _, _ = build(tiny_data_bin, model, *WIDE, "--init-style", expected)
+    for name, value in default.state_dict().items():
+        assert torch.equal(value, explicit.state_dict()[name]), name
+    if model == "transformer_b2t":
+        fc1 = default.encoder.layers[0].fc1
+        assert fc1.weight.var().item() == pytest.approx(1 / (3 * fc1.in_features), rel=0.1)
 
 
 def test_unknown_style_is_refused(tiny_data_bin):

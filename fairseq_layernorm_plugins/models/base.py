@@ -41,7 +41,8 @@ class PluginTransformerModel(TransformerModel):
             choices=INIT_STYLES,
             help="paper: fairseq 0.8/0.9's initialisation, which every paper's numbers come from (fc1/fc2 "
             "Xavier-uniform with zero bias, attention q/k/v biases zero); fairseq: fairseq 0.12's, as its "
-            "stock transformer (nn.Linear defaults). Default: paper",
+            "stock transformer (nn.Linear defaults), which the B2T authors' fork also builds. Default: the "
+            "method's authors' own (fairseq for transformer_b2t, paper for the others)",
         )
         parser.add_argument(
             "--fused-attention",
@@ -122,9 +123,9 @@ def register_arch_family(model_name, method_defaults):
         arch_name = model_name + suffix
 
         def arch(args, size_defaults=size_defaults):
+            method_defaults(args)  # first: a method may set its authors' own init_style
             args.init_style = getattr(args, "init_style", "paper")
             args.fused_attention = getattr(args, "fused_attention", False)
-            method_defaults(args)
             size_defaults(args)
 
         arch.__name__ = arch.__qualname__ = arch_name

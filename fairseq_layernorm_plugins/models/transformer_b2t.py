@@ -12,6 +12,10 @@ Options:
 * ``--b2t-no-layer-norm`` (paper App. D, "w/o LN"): every LayerNorm removed, and the
   last sub-layer becomes out = alpha * x + beta * (h + FFN(h)) with h = x + Attn(x)
   (decoder analogous), alpha = min(N/12, N^-0.15), beta = d^-0.2, per stack.
+* initialisation: ``--init-style fairseq`` by default, as the authors' fork builds its layers
+  (fc1/fc2 and the q/k/v biases at ``nn.Linear``'s default; the other papers' forks use
+  fairseq 0.8/0.9's Xavier ``Linear``, ``modules/init.py``). The paper's Post-LN and Pre-LN
+  baselines come from the same fork: compare them with ``--init-style fairseq`` too.
 * ``--b2t-weight-rescale``: the authors' later code (2023, not in the paper)
   multiplies every non-LayerNorm weight matrix of a stack's layers by N^-0.5 (N the
   stack's layer count; embeddings untouched). Off by default.
@@ -110,6 +114,9 @@ class TransformerB2TModel(PluginTransformerModel):
 
 def b2t_defaults(args):
     """B2T connection (Takase et al. 2023): Post-LN plus the bottom-to-top residual."""
+    # the authors' fork (takase/b2t_connection) builds fc1/fc2 as plain nn.Linear and keeps the
+    # q/k/v biases' nn.Linear default: fairseq 0.12's initialisation, not fairseq 0.8/0.9's
+    args.init_style = getattr(args, "init_style", "fairseq")
     args.encoder_normalize_before = getattr(args, "encoder_normalize_before", False)
     args.decoder_normalize_before = getattr(args, "decoder_normalize_before", False)
     args.b2t_no_layer_norm = getattr(args, "b2t_no_layer_norm", False)
