@@ -172,6 +172,7 @@ def run_recipe(claim, run, args):
                     "encoder_attention_heads": 4,
                     "decoder_attention_heads": 4,
                     **claim.model,
+                    **({"init_style": args.init_style} if args.init_style else {}),
                     **run.model,
                 },
                 "common": {"log_interval": 25},
@@ -217,7 +218,7 @@ def train_run(claim, run, args):
     from fairseq_layernorm_plugins.recipes.report import read_log_curves, unigram_bits
 
     recipe, spec = run_spec(claim, run, args)
-    run_dir = Path(args.runs) / args.claim / run.key
+    run_dir = claim_dir(args) / run.key
     spec_file = run_dir / "spec.json"
     if spec_file.exists() and json.loads(spec_file.read_text()) != spec:
         print(f"[{run.label}] spec changed: training again from scratch", flush=True)
@@ -260,6 +261,11 @@ def train_run(claim, run, args):
     return record
 
 
+def claim_dir(args):
+    """RUNS/CLAIM, or RUNS/CLAIM-init-STYLE with ``--init-style``."""
+    return Path(args.runs) / (args.claim + (f"-init-{args.init_style}" if args.init_style else ""))
+
+
 def budget(args):
     return {name: getattr(args, name) for name in BUDGET}
 
@@ -281,6 +287,9 @@ def render(claim_name, records, commands, out, unigram):
     records = sorted(records, key=lambda r: order.index(r["label"]))
     base = next((r for r in records if r["label"] == claim.baseline and r["valid"]), None)
     target = base["valid"][-1]["bleu"] if base else None
+    inits = sorted(
+        {r.get("spec", {}).get("fairseq", {}).get("model", {}).get("init_style", "(arch default)") for r in records}
+    )
     lines = [
         f"### {claim_name}: {claim.paper}",
         "",
@@ -293,7 +302,7 @@ def render(claim_name, records, commands, out, unigram):
         f"Multi30k De-En, {claim.depth}, d={claim.width} (FFN {4 * claim.width}, 4 heads), peak lr {claim.lr:g}, "
         f"no-warm-up runs decay after update {claim.decay_after}; validation: greedy SacreBLEU on 1,014 sentences; "
         f"test: beam 5, SacreBLEU on test_2016_flickr. Stalled = final validation NLL not below the unigram "
-        f"entropy of the training targets ({unigram:.2f} bits).",
+        f"entropy of the training targets ({unigram:.2f} bits). Initialisation (`--init-style`): {', '.join(inits)}.",
         "",
         "| run | optimizer | warm-up | status | final valid NLL | final valid BLEU | best valid BLEU | "
         f"updates to {target if target is None else f'{target:.1f}'} valid BLEU ({claim.baseline}) | test BLEU |",
@@ -356,6 +365,12 @@ def main(argv=None):
     parser.add_argument(
         "--test-lines", type=int, default=0, help="prepare the test set as N evenly spaced lines (default 0: all)"
     )
+    parser.add_argument(
+        "--init-style",
+        choices=("paper", "fairseq"),
+        help="start every run of the claim from this initialisation (see --init-style of the archs) instead of "
+        "the claim's own; run directories go to RUNS/CLAIM-init-STYLE/",
+    )
     parser.add_argument("--runs", default=str(REPO / "runs" / "claims"), help="run directories go to RUNS/CLAIM/")
     parser.add_argument("--out", help="writes OUT.md, OUT.png, OUT.json (default: RUNS/CLAIM)")
     args = parser.parse_args(argv)
@@ -373,7 +388,7 @@ def main(argv=None):
     if unknown:
         parser.error(f"{args.claim} has no run(s) {sorted(unknown)}; see --list")
     args.data = args.data_dir
-    out = Path(args.out or Path(args.runs) / args.claim)
+    out = Path(args.out or claim_dir(args))
 
     from fairseq_layernorm_plugins.prepare.multi30k import default_raw_dir, prepare
     from fairseq_layernorm_plugins.prepare.textio import DataError

@@ -2,6 +2,7 @@
 schedule the docstring promises, validation BLEU at each validation, the report files,
 resuming, retraining a run whose spec changed, and refusing another budget."""
 
+import argparse
 import json
 import sys
 
@@ -82,3 +83,17 @@ def test_toy_claim_end_to_end(tmp_path, monkeypatch, capsys):
 
     with pytest.raises(SystemExit, match="holds runs made with"):
         claims.main([a if a != "4" else "6" for a in args])
+
+
+def test_init_style_option_overrides_the_claims_initialisation_and_has_its_own_run_directory(tmp_path):
+    """The claim's own model options reach every run; --init-style replaces its init_style only."""
+    claim = claims.Claim(**{**TOY.__dict__, "model": {"init_style": "fairseq", "dropout": 0.2}})
+    args = argparse.Namespace(
+        claim="toy", updates=4, validate_every=2, max_tokens=2048, seed=1, runs=str(tmp_path), init_style=None
+    )
+    for init_style, directory in ((None, "toy"), ("paper", "toy-init-paper")):
+        args.init_style = init_style
+        for run in claim.runs:
+            model = claims.run_spec(claim, run, args)[1]["fairseq"]["model"]
+            assert model["init_style"] == (init_style or "fairseq") and model["dropout"] == 0.2
+        assert claims.claim_dir(args) == tmp_path / directory
