@@ -1,5 +1,6 @@
 """Optimizers and LR schedules, built from command-line flags through fairseq's registries."""
 
+import copy
 import io
 import math
 
@@ -44,11 +45,12 @@ def reference_radam(p, grads, lr, beta1, beta2, eps, weight_decay, decoupled, sg
     return p
 
 
+@pytest.mark.parametrize("foreach", [False, True])
 @pytest.mark.parametrize("sgd", [False, True])
 @pytest.mark.parametrize("l2", [False, True])
-def test_radam_matches_the_paper_algorithm(tiny_data_bin, l2, sgd):
+def test_radam_matches_the_paper_algorithm(tiny_data_bin, l2, sgd, foreach):
     """Default: the authors' code (no gradient step while rho_t < 5, t <= 5 here);
-    --radam-sgd-while-intractable: Algorithm 2's momentum step there."""
+    --radam-sgd-while-intractable: Algorithm 2's momentum step there; either with --radam-foreach."""
     flags = [
         "--optimizer",
         "radam",
@@ -66,13 +68,14 @@ def test_radam_matches_the_paper_algorithm(tiny_data_bin, l2, sgd):
         *flags,
         *(["--radam-l2-weight-decay"] if l2 else []),
         *(["--radam-sgd-while-intractable"] if sgd else []),
+        *(["--radam-foreach"] if foreach else []),
     )
     torch.manual_seed(0)
     p0 = torch.randn(7, dtype=torch.float64)
     grads = [torch.randn(7, dtype=torch.float64) for _ in range(25)]  # beta2 0.95: rho_t > 5 from t = 6
     param = torch.nn.Parameter(p0.clone())
     opt = optim.build_optimizer(cfg.optimizer, [param])
-    assert type(opt).__name__ == "FairseqRAdam"
+    assert type(opt).__name__ == "FairseqRAdam" and opt.optimizer.defaults["foreach"] is (True if foreach else None)
     for g in grads:
         param.grad = g.clone()
         opt.step()
@@ -80,6 +83,39 @@ def test_radam_matches_the_paper_algorithm(tiny_data_bin, l2, sgd):
     torch.testing.assert_close(param.data, expected, rtol=1e-10, atol=1e-12)
     other = reference_radam(p0, grads, 0.01, 0.8, 0.95, 1e-6, 0.1, decoupled=not l2, sgd_while_intractable=not sgd)
     assert (param.data - other).abs().max() > 1e-4  # the two rules differ, and the test tells them apart
+
+
+def test_radam_foreach_is_the_loop_over_many_parameters(tiny_data_bin):
+    """--radam-foreach over several fp32 parameters, one of which misses its gradient in two
+    updates: the loop's parameters and state within float rounding, and either loads the
+    other's state (a run can resume across the switch)."""
+    flags = ["--optimizer", "radam", "--lr", "0.01", "--adam-betas", "(0.9, 0.98)", "--weight-decay", "0.1"]
+    torch.manual_seed(0)
+    shapes = [(8, 4), (4,), (3, 5, 2)]
+    loop = [torch.nn.Parameter(torch.randn(s)) for s in shapes]
+    multi = [torch.nn.Parameter(p.detach().clone()) for p in loop]
+    opt_loop = optim.build_optimizer(config(tiny_data_bin, *flags).optimizer, loop)
+    opt_multi = optim.build_optimizer(config(tiny_data_bin, *flags, "--radam-foreach").optimizer, multi)
+    for update in range(12):  # beta2 0.98: rectified from t = 6
+        grads = [torch.randn(s) for s in shapes]
+        for params, opt in ((loop, opt_loop), (multi, opt_multi)):
+            for i, (p, g) in enumerate(zip(params, grads)):
+                p.grad = None if (i == 1 and update in (6, 7)) else g.clone()
+            opt.step()
+    for p, q in zip(loop, multi):
+        torch.testing.assert_close(q, p, rtol=1e-6, atol=1e-7)
+    assert int(opt_multi.optimizer.state[multi[1]]["step"]) == int(opt_loop.optimizer.state[loop[1]]["step"]) == 10
+    # each resumes from the other's state (copied, as a checkpoint is: state_dict() holds the live tensors)
+    multi_state, loop_state = copy.deepcopy(opt_multi.state_dict()), copy.deepcopy(opt_loop.state_dict())
+    opt_loop.load_state_dict(multi_state)
+    opt_multi.load_state_dict(loop_state)
+    grads = [torch.randn(s) for s in shapes]
+    for params, opt in ((loop, opt_loop), (multi, opt_multi)):
+        for p, g in zip(params, grads):
+            p.grad = g.clone()
+        opt.step()
+    for p, q in zip(loop, multi):
+        torch.testing.assert_close(q, p, rtol=1e-6, atol=1e-7)
 
 
 def test_radam_under_fairseqs_fp16_wrapper(tiny_data_bin):
