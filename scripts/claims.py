@@ -138,7 +138,7 @@ CLAIMS = {
         ),
         baseline="preln",
         # the paper's models, its baselines too, come from the authors' fork, which initialises
-        # as fairseq 0.12 does (nn.Linear FFN); docs/claims/b2t-xavier.* has the Xavier-FFN runs
+        # as fairseq 0.12 does (nn.Linear FFN); docs/claims/b2t-init-paper.* has Xavier-FFN runs
         model={"init_style": "fairseq"},
     ),
 }
@@ -287,9 +287,7 @@ def render(claim_name, records, commands, out, unigram):
     records = sorted(records, key=lambda r: order.index(r["label"]))
     base = next((r for r in records if r["label"] == claim.baseline and r["valid"]), None)
     target = base["valid"][-1]["bleu"] if base else None
-    inits = sorted(
-        {r.get("spec", {}).get("fairseq", {}).get("model", {}).get("init_style", "(arch default)") for r in records}
-    )
+    inits = sorted({r["spec"]["fairseq"]["model"].get("init_style", "(arch default)") for r in records})
     lines = [
         f"### {claim_name}: {claim.paper}",
         "",

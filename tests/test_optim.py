@@ -85,6 +85,15 @@ def test_radam_matches_the_paper_algorithm(tiny_data_bin, l2, sgd, foreach):
     assert (param.data - other).abs().max() > 1e-4  # the two rules differ, and the test tells them apart
 
 
+def step_alike(pairs, grads, second_misses=False):
+    """One step of each (parameters, optimizer) pair on copies of the same gradients; the
+    second parameter gets none when ``second_misses`` (its step count then lags)."""
+    for params, opt in pairs:
+        for i, (p, g) in enumerate(zip(params, grads)):
+            p.grad = None if (i == 1 and second_misses) else g.clone()
+        opt.step()
+
+
 def test_radam_foreach_is_the_loop_over_many_parameters(tiny_data_bin):
     """--radam-foreach over several fp32 parameters, one of which misses its gradient in two
     updates: the loop's parameters and state within float rounding, and either loads the
@@ -97,11 +106,7 @@ def test_radam_foreach_is_the_loop_over_many_parameters(tiny_data_bin):
     opt_loop = optim.build_optimizer(config(tiny_data_bin, *flags).optimizer, loop)
     opt_multi = optim.build_optimizer(config(tiny_data_bin, *flags, "--radam-foreach").optimizer, multi)
     for update in range(12):  # beta2 0.98: rectified from t = 6
-        grads = [torch.randn(s) for s in shapes]
-        for params, opt in ((loop, opt_loop), (multi, opt_multi)):
-            for i, (p, g) in enumerate(zip(params, grads)):
-                p.grad = None if (i == 1 and update in (6, 7)) else g.clone()
-            opt.step()
+        step_alike(((loop, opt_loop), (multi, opt_multi)), [torch.randn(s) for s in shapes], update in (6, 7))
     for p, q in zip(loop, multi):
         torch.testing.assert_close(q, p, rtol=1e-6, atol=1e-7)
     assert int(opt_multi.optimizer.state[multi[1]]["step"]) == int(opt_loop.optimizer.state[loop[1]]["step"]) == 10
@@ -109,11 +114,8 @@ def test_radam_foreach_is_the_loop_over_many_parameters(tiny_data_bin):
     multi_state, loop_state = copy.deepcopy(opt_multi.state_dict()), copy.deepcopy(opt_loop.state_dict())
     opt_loop.load_state_dict(multi_state)
     opt_multi.load_state_dict(loop_state)
-    grads = [torch.randn(s) for s in shapes]
-    for params, opt in ((loop, opt_loop), (multi, opt_multi)):
-        for p, g in zip(params, grads):
-            p.grad = g.clone()
-        opt.step()
+    assert opt_loop.param_groups[0]["foreach"] is None and opt_multi.param_groups[0]["foreach"] is True
+    step_alike(((loop, opt_loop), (multi, opt_multi)), [torch.randn(s) for s in shapes])
     for p, q in zip(loop, multi):
         torch.testing.assert_close(q, p, rtol=1e-6, atol=1e-7)
 
@@ -308,11 +310,7 @@ def test_adam_foreach_is_fairseqs_adam_step_for_step(tiny_data_bin):
     )
     assert type(opt_foreach).__name__ == type(opt_stock).__name__ == "FairseqAdam"  # fairseq's checkpoint check
     for update in range(6):
-        grads = [torch.randn_like(p) for p in stock]
-        for params, opt in ((stock, opt_stock), (foreach, opt_foreach)):
-            for i, (p, g) in enumerate(zip(params, grads)):
-                p.grad = None if (i == 1 and update in (2, 3)) else g.clone()
-            opt.step()
+        step_alike(((stock, opt_stock), (foreach, opt_foreach)), [torch.randn_like(p) for p in stock], update in (2, 3))
     for p, q in zip(stock, foreach):
         assert torch.equal(p, q)
         for key in ("exp_avg", "exp_avg_sq"):

@@ -113,8 +113,8 @@ class FairseqRAdam(FairseqOptimizer):
 
     @property
     def optimizer_config(self):
-        """Arguments of ``torch.optim.RAdam``; they also override those stored in a
-        checkpoint on resume (so ``--lr`` etc. can change between runs)."""
+        """Arguments of ``torch.optim.RAdam`` (on resume fairseq keeps a checkpoint's own unless
+        ``--optimizer-overrides`` names them; ``foreach`` always follows this run, below)."""
         lr = self.cfg.lr[0] if isinstance(self.cfg.lr, Collection) else self.cfg.lr
         return {
             "lr": lr,
@@ -124,6 +124,11 @@ class FairseqRAdam(FairseqOptimizer):
             "decoupled_weight_decay": not self.cfg.radam_l2_weight_decay,
             "foreach": True if self.cfg.radam_foreach else None,  # None: torch's choice (foreach on CUDA)
         }
+
+    def load_state_dict(self, state_dict, optimizer_overrides=None):
+        super().load_state_dict(state_dict, optimizer_overrides)
+        for group in self.param_groups:  # how to step (same update) is this run's choice, not the checkpoint's
+            group["foreach"] = self.optimizer_config["foreach"]
 
     @property
     def supports_flat_params(self):
