@@ -58,13 +58,13 @@ def model_args(args, arch):
         "--decoder-embed-dim",
         args.dim,
         "--encoder-ffn-embed-dim",
-        4 * args.dim,
+        args.ffn_dim or 4 * args.dim,
         "--decoder-ffn-embed-dim",
-        4 * args.dim,
+        args.ffn_dim or 4 * args.dim,
         "--encoder-attention-heads",
-        max(1, args.dim // 64),
+        args.heads or max(1, args.dim // 64),
         "--decoder-attention-heads",
-        max(1, args.dim // 64),
+        args.heads or max(1, args.dim // 64),
         "--share-decoder-input-output-embed",
         "--dropout",
         "0.1",
@@ -179,6 +179,10 @@ def peak_memory(args, arch, fast=False):
         str(args.layers),
         "--dim",
         str(args.dim),
+        "--ffn-dim",
+        str(args.ffn_dim or 4 * args.dim),
+        "--heads",
+        str(args.heads or max(1, args.dim // 64)),
         "--batches",
         str(args.batches),
         "--max-tokens",
@@ -194,9 +198,10 @@ def peak_memory(args, arch, fast=False):
     return int(out.strip().splitlines()[-1])
 
 
-def parse(argv):
+def build_parser(description=__doc__):
+    """The benchmark's options (benchmarks/profile_step.py adds its own)."""
     parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+        description=description.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
     default_data = REPO / "data" / "iwslt14-mini" / "bin"
     parser.add_argument(
@@ -207,6 +212,8 @@ def parse(argv):
     parser.add_argument("--archs", nargs="+", help="default: every registered method but Post-LN (the baseline's twin)")
     parser.add_argument("--layers", type=int, default=6)
     parser.add_argument("--dim", type=int, default=256)
+    parser.add_argument("--ffn-dim", type=int, help="FFN inner dim (default: 4 x dim)")
+    parser.add_argument("--heads", type=int, help="attention heads (default: dim / 64)")
     parser.add_argument("--max-tokens", type=int, default=2048)
     parser.add_argument("--batches", type=int, default=2, help="batches per step (default 2)")
     parser.add_argument(
@@ -226,7 +233,11 @@ def parse(argv):
     parser.add_argument("--no-fast", action="store_true", help="leave out the ARCH+fast rows")
     parser.add_argument("--measure-peak", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--measure-fast", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv[1:])
+    return parser
+
+
+def parse(argv, parser=None):
+    args = (parser or build_parser()).parse_args(argv[1:])
     if not args.archs:
         from fairseq_layernorm_plugins.methods import METHODS, method_names
 
