@@ -1,21 +1,25 @@
-"""``--fused-attention``: encoder-decoder attention on PyTorch's fused path outside incremental
-decoding, with the same parameters and the same results as fairseq's own path."""
+"""``--fused-attention``: the decoder's attention on PyTorch's fused path, encoder-decoder
+attention in training and both attentions in incremental decoding, with the same parameters,
+cache and results as fairseq's own path."""
+
+import shutil
+import sys
 
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import TINY_MODEL, batch, build
+from conftest import PLUGIN_DIR, REPO, TINY_MODEL, batch, build, json_records, run_cli
 from fairseq.modules import MultiheadAttention
 from fairseq.modules import multihead_attention as fairseq_mha
 
 from fairseq_layernorm_plugins.models.base import ARCH_FAMILIES
-from fairseq_layernorm_plugins.modules import FusedCrossAttention
+from fairseq_layernorm_plugins.modules import FusedAttention
 
 
 def pair(embed_dim=16, heads=4, kdim=12):
     torch.manual_seed(0)
     stock = MultiheadAttention(embed_dim, heads, kdim=kdim, vdim=kdim, encoder_decoder_attention=True)
-    fused = FusedCrossAttention(embed_dim, heads, kdim=kdim, vdim=kdim, encoder_decoder_attention=True)
+    fused = FusedAttention(embed_dim, heads, kdim=kdim, vdim=kdim, encoder_decoder_attention=True)
     fused.load_state_dict(stock.state_dict())
     return stock, fused
 
@@ -49,16 +53,82 @@ def test_cross_attention_equals_fairseqs_own_path(fused_calls):
         if need_weights:  # averaged over heads, (B, T, S), zero on padding
             torch.testing.assert_close(weights, expected_weights, rtol=1e-5, atol=1e-6)
             assert weights[1, :, 5:].abs().max() == 0
-    # per-head weights and incremental decoding stay on fairseq's path, unchanged
+    # per-head weights, and incremental steps that return weights, stay on fairseq's path, unchanged
     _, per_head = fused(query, memory, memory, padding, static_kv=True, need_head_weights=True)
     assert per_head.shape == (4, 3, 5, 7) and not fused_calls
     state_stock, state_fused = {}, {}
     for step in range(3):
         q = query[step : step + 1]
-        expected, _ = stock(q, memory, memory, padding, incremental_state=state_stock, static_kv=True)
-        out, _ = fused(q, memory, memory, padding, incremental_state=state_fused, static_kv=True)
-        assert torch.equal(out, expected)
+        expected, expected_weights = stock(q, memory, memory, padding, incremental_state=state_stock, static_kv=True)
+        out, weights = fused(q, memory, memory, padding, incremental_state=state_fused, static_kv=True)
+        assert torch.equal(out, expected) and torch.equal(weights, expected_weights)
     assert not fused_calls
+
+
+@pytest.fixture
+def fused_steps(monkeypatch):
+    """How often FusedAttention runs an incremental-decoding call itself."""
+    calls = []
+    real = FusedAttention._fused_step
+
+    def counting(self, *args):
+        calls.append(1)
+        return real(self, *args)
+
+    monkeypatch.setattr(FusedAttention, "_fused_step", counting)
+    return calls
+
+
+def decode_both(stock, fused, steps, query, memory=None, padding=None, reorders=()):
+    """Run both modules step by step as fairseq's decoder does (static_kv for encoder-decoder
+    attention, need_weights=False), reordering their caches as beam search does after the steps
+    in ``reorders`` ({step: new_order}); assert equal outputs and caches at every step."""
+    state_stock, state_fused = {}, {}
+    for step in range(steps):
+        q = query[step : step + 1]
+        kwargs = dict(static_kv=True) if memory is not None else {}
+        expected, _ = stock(q, memory, memory, padding, incremental_state=state_stock, need_weights=False, **kwargs)
+        out, _ = fused(q, memory, memory, padding, incremental_state=state_fused, need_weights=False, **kwargs)
+        torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-6)
+        cache_stock, cache_fused = stock._get_input_buffer(state_stock), fused._get_input_buffer(state_fused)
+        assert cache_stock.keys() == cache_fused.keys()
+        for name in ("prev_key", "prev_value"):  # fairseq's layout (B, H, S, D), so its beam reordering applies
+            torch.testing.assert_close(cache_fused[name], cache_stock[name], rtol=1e-6, atol=0)
+        if step in reorders:
+            stock.reorder_incremental_state(state_stock, reorders[step])
+            fused.reorder_incremental_state(state_fused, reorders[step])
+            order = reorders[step]
+            query = query[:, order]
+            if memory is not None:  # as fairseq reorders the encoder output
+                memory, padding = memory[:, order], padding[order]
+
+
+def test_incremental_self_attention_equals_fairseqs(fused_steps):
+    torch.manual_seed(0)
+    stock = MultiheadAttention(16, 4, self_attention=True)
+    fused = FusedAttention(16, 4, self_attention=True)
+    fused.load_state_dict(stock.state_dict())
+    # 6 hypotheses; after step 2 beam search keeps 4 of them, two twice (new_order)
+    decode_both(stock, fused, 5, torch.randn(5, 6, 16), reorders={2: torch.tensor([0, 0, 3, 5])})
+    assert len(fused_steps) == 5
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_incremental_encoder_decoder_attention_equals_fairseqs(fused_steps, beam):
+    """With ``set_beam_size`` fairseq keeps one copy of each source's keys for all its beams;
+    so does the fused step (2 sentences x beam hypotheses; the second sentence's source padded;
+    after step 1 the first sentence is finished and leaves the batch)."""
+    stock, fused = pair()
+    for module in (stock, fused):
+        module.set_beam_size(beam)
+    sentences = 2
+    memory = torch.randn(7, sentences, 12).repeat_interleave(beam, dim=1)  # as fairseq expands the encoder output
+    padding = torch.zeros(sentences, 7, dtype=torch.bool)
+    padding[1, 4:] = True
+    padding = padding.repeat_interleave(beam, dim=0)
+    keep_second = torch.arange(beam, 2 * beam)
+    decode_both(stock, fused, 3, torch.randn(3, sentences * beam, 16), memory, padding, reorders={1: keep_second})
+    assert len(fused_steps) == 3
 
 
 @pytest.mark.parametrize("family", sorted(ARCH_FAMILIES))
@@ -89,3 +159,88 @@ def test_every_arch_gives_the_same_outputs_and_gradients(tiny_data_bin, family, 
     torch.testing.assert_close(logits, expected, rtol=1e-5, atol=1e-5)
     for name, p in stock.named_parameters():
         torch.testing.assert_close(fused_params[name].grad, p.grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize("family", sorted(ARCH_FAMILIES))
+def test_every_arch_beam_searches_as_fairseqs_own_path(tiny_data_bin, family, fused_steps):
+    """fairseq's SequenceGenerator (beam 3, as fairseq-generate prepares the model) on the same
+    parameters: the same hypotheses, scores within float rounding, the fused steps taken."""
+    from fairseq.sequence_generator import SequenceGenerator
+
+    results = []
+    for flags in ((), ("--fused-attention",)):
+        model, task, _ = build(tiny_data_bin, family, *TINY_MODEL, *flags)
+        model.eval()
+        model.make_generation_fast_(need_attn=False)  # fairseq-generate without --print-alignment
+        generator = SequenceGenerator([model], task.target_dictionary, beam_size=3, max_len_b=12)
+        sample = batch(task, n=6)
+        with torch.no_grad():
+            results.append(generator.generate([model], sample))
+    stock, fused = results
+    # 2 decoder layers: per step both self-attentions and the first layer's encoder-decoder
+    # attention; the last layer's (fairseq's alignment layer, asked for per-head weights) is fairseq's
+    assert len(fused_steps) > 0 and len(fused_steps) % 3 == 0
+    for hyps_stock, hyps_fused in zip(stock, fused):
+        assert [h["tokens"].tolist() for h in hyps_fused] == [h["tokens"].tolist() for h in hyps_stock]
+        torch.testing.assert_close(
+            torch.stack([h["score"] for h in hyps_fused]), torch.stack([h["score"] for h in hyps_stock])
+        )
+
+
+def test_a_trained_model_resumes_across_the_switch_and_translates_alike(tiny_data_bin, tmp_path):
+    """fairseq-train 60 updates on fairseq's path (shared source / target embeddings), then 40
+    more from that checkpoint with and without --fused-attention: the same losses; fairseq-generate
+    (beam 5) with the option through --model-overrides gives the same translations."""
+    raw, data = tiny_data_bin.parent, tmp_path / "joined"
+    splits = [f"--{split}pref={raw / split}" for split in ("train", "valid", "test")]
+    run_cli("fairseq-preprocess", "-s", "src", "-t", "tgt", *splits, "--destdir", data, "--joined-dictionary")
+
+    def train(save_dir, updates, *flags):
+        out = run_cli(
+            "fairseq-train",
+            data,
+            "--user-dir",
+            PLUGIN_DIR,
+            "--arch",
+            "transformer_preln",
+            *TINY_MODEL,
+            "--share-all-embeddings",
+            *("--optimizer", "adam", "--lr", "3e-3", "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "10"),
+            *("--max-tokens", "1000", "--max-update", updates, "--seed", "1", "--cpu", "--no-epoch-checkpoints"),
+            *("--save-dir", save_dir, "--log-format", "json", "--log-interval", "1", "--no-progress-bar", *flags),
+        )
+        return [float(r["loss"]) for r in json_records(out, "train_inner")]
+
+    assert len(train(tmp_path / "stock", 60)) == 60
+    shutil.copytree(tmp_path / "stock", tmp_path / "fused")
+    stock, fused = train(tmp_path / "stock", 100), train(tmp_path / "fused", 100, "--fused-attention")
+    assert len(stock) == len(fused) == 40 and stock[-1] < stock[0]
+    assert fused == pytest.approx(stock, abs=2e-3)  # logged to 3 decimals
+
+    def generate(*flags):
+        out = run_cli(
+            "fairseq-generate",
+            data,
+            "--user-dir",
+            PLUGIN_DIR,
+            *("--path", tmp_path / "stock" / "checkpoint_last.pt", "--gen-subset", "test", "--beam", "5"),
+            *("--batch-size", "16", "--cpu", *flags),
+        )
+        hypotheses = sorted(line.split("\t") for line in out.splitlines() if line.startswith("H-"))
+        assert len(hypotheses) == 40
+        return [(h[0], h[2]) for h in hypotheses], [float(h[1]) for h in hypotheses]
+
+    (expected, expected_scores), (translations, scores) = (
+        generate(),
+        generate("--model-overrides", "{'fused_attention': True}"),
+    )
+    assert translations == expected
+    assert scores == pytest.approx(expected_scores, abs=2e-4)  # printed to 4 decimals
+
+    # the decoding benchmark's own check, in process: the same best hypothesis for every sentence
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import decoding
+
+    argv = ["--path", str(tmp_path / "stock" / "checkpoint_last.pt"), "--data", str(data), "--reps", "1"]
+    result = decoding.main([*argv, "--batch-size", "16", "--threads", "1", "--device", "cpu"])
+    assert result["same"] == result["sentences"] == 40 and len(result["ratios"]) == 1

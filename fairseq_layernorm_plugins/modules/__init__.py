@@ -7,7 +7,7 @@ override fairseq's hooks (``residual_connection``, ``build_fc1``,
 :class:`PluginTransformerEncoder` / :class:`PluginTransformerDecoder`.
 """
 
-from fairseq_layernorm_plugins.modules.attention import FusedAttentionMixin, FusedCrossAttention
+from fairseq_layernorm_plugins.modules.attention import FusedAttention, FusedAttentionMixin
 from fairseq_layernorm_plugins.modules.init import (
     INIT_STYLES,
     PluginDecoderLayer,
@@ -26,8 +26,8 @@ from fairseq_layernorm_plugins.modules.stacks import (
 )
 
 __all__ = [
+    "FusedAttention",
     "FusedAttentionMixin",
-    "FusedCrossAttention",
     "INIT_STYLES",
     "PluginEncoderLayer",
     "PluginDecoderLayer",

@@ -1,0 +1,109 @@
+#!/usr/bin/env python
+"""Beam-search decoding speed with ``--fused-attention`` against fairseq's own attention path,
+on a trained checkpoint, in one process:
+
+    python benchmarks/decoding.py [--path CHECKPOINT] [--data DATA_BIN] [--beam 5] [--reps 5]
+
+Loads the checkpoint twice, as ``fairseq-generate`` does (``prepare_for_inference_``, the task's
+generator), once as trained and once with ``--model-overrides "{'fused_attention': True}"``;
+each repetition translates the whole ``--gen-subset`` with both, in alternating order, and
+the ratio of sentences per second is taken per repetition (median and spread printed, with
+the 1.2x target). Also checks that both give the same translations. Default checkpoint: the
+main job's Pre-LN model (``bash scripts/main_job.sh``).
+"""
+
+import argparse
+import os
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_PATH = REPO / "runs/main-job/multi30k/preln/2L-2L.seed1/checkpoints/checkpoint_last.pt"
+TARGET = 1.2
+
+
+def load(path, data, beam, fused, device):
+    """(task, model, generator) as fairseq-generate builds them, optionally with the fused attention."""
+    from fairseq import checkpoint_utils
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq.options import get_generation_parser, parse_args_and_arch
+
+    from fairseq_layernorm_plugins import __path__ as plugin_path
+
+    argv = [str(data), "--user-dir", plugin_path[0], "--path", str(path), "--beam", str(beam)]
+    cfg = convert_namespace_to_omegaconf(parse_args_and_arch(get_generation_parser(), argv))
+    overrides = {"fused_attention": True} if fused else {}
+    (model,), _, task = checkpoint_utils.load_model_ensemble_and_task([str(path)], arg_overrides=overrides)
+    model.prepare_for_inference_(cfg)
+    model.to(device).eval()
+    return task, model, task.build_generator([model], cfg.generation)
+
+
+def translate(task, model, generator, batches):
+    """(seconds, [token lists per sentence, best hypothesis]) for all ``batches``."""
+    hypotheses = {}
+    start = time.perf_counter()
+    with torch.no_grad():
+        for sample in batches:
+            for sid, hyps in zip(sample["id"].tolist(), task.inference_step(generator, [model], sample)):
+                hypotheses[sid] = hyps[0]["tokens"].tolist()
+    return time.perf_counter() - start, [hypotheses[i] for i in sorted(hypotheses)]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--path", default=str(DEFAULT_PATH), help=f"checkpoint (default: {DEFAULT_PATH})")
+    parser.add_argument("--data", default=str(REPO / "data/multi30k.de-en/bin"), help="its data-bin")
+    parser.add_argument("--gen-subset", default="test")
+    parser.add_argument("--beam", type=int, default=5)
+    parser.add_argument("--batch-size", type=int, default=128, help="sentences per batch (default 128)")
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = parser.parse_args(argv)
+    if not Path(args.path).is_file():
+        parser.exit(2, f"error: {args.path}: no such checkpoint (train one, e.g. bash scripts/main_job.sh)\n")
+    torch.set_num_threads(args.threads)
+    variants = {
+        name: load(args.path, args.data, args.beam, name == "fused", args.device) for name in ("stock", "fused")
+    }
+    task = variants["stock"][0]
+    task.load_dataset(args.gen_subset)
+    dataset = task.dataset(args.gen_subset)
+    batches = [
+        dataset.collater([dataset[i] for i in range(start, min(start + args.batch_size, len(dataset)))])
+        for start in range(0, len(dataset), args.batch_size)
+    ]
+    if args.device == "cuda":
+        from fairseq import utils
+
+        batches = [utils.move_to_cuda(b) for b in batches]
+    seconds, outputs = {name: [] for name in variants}, {}
+    for rep in range(args.reps + 1):  # the first, untimed, warms up
+        for name in list(variants)[:: 1 if rep % 2 else -1]:
+            took, outputs[name] = translate(*variants[name], batches)
+            if rep:
+                seconds[name].append(took)
+        if rep:
+            print(
+                f"rep {rep}/{args.reps}: "
+                + ", ".join(f"{n} {len(dataset) / s[-1]:.1f} sentences/s" for n, s in seconds.items()),
+                flush=True,
+            )
+    ratios = [s / f for s, f in zip(seconds["stock"], seconds["fused"])]
+    same = sum(a == b for a, b in zip(outputs["stock"], outputs["fused"]))
+    median = statistics.median(ratios)
+    print(
+        f"\n{args.device}, {args.threads} threads, beam {args.beam}, {len(dataset)} sentences in batches of "
+        f"{args.batch_size}, {args.reps} reps; fairseq's attention {len(dataset) / statistics.median(seconds['stock']):.1f} "
+        f"sentences/s\n--fused-attention speed ratio {median:.3f} (spread {min(ratios):.3f}-{max(ratios):.3f}); "
+        f"target >= {TARGET}: {'met' if median >= TARGET else 'MISSED'}; same translation for {same}/{len(dataset)} sentences"
+    )
+    return {"ratios": ratios, "same": same, "sentences": len(dataset)}
+
+
+if __name__ == "__main__":
+    main()
