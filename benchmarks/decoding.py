@@ -25,8 +25,9 @@ DEFAULT_PATH = REPO / "runs/main-job/multi30k/preln/2L-2L.seed1/checkpoints/chec
 TARGET = 1.2
 
 
-def load(path, data, beam, fused, device):
-    """(task, model, generator) as fairseq-generate builds them, optionally with the fused attention."""
+def load(path, data, beam, fused, device, precision="fp32"):
+    """(task, model, generator) as fairseq-generate builds them (``--fp16`` / ``--bf16``: the
+    model in half precision), optionally with the fused attention."""
     from fairseq import checkpoint_utils
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from fairseq.options import get_generation_parser, parse_args_and_arch
@@ -38,7 +39,7 @@ def load(path, data, beam, fused, device):
     overrides = {"fused_attention": True} if fused else {}
     (model,), _, task = checkpoint_utils.load_model_ensemble_and_task([str(path)], arg_overrides=overrides)
     model.prepare_for_inference_(cfg)
-    model.to(device).eval()
+    model.to(device=device, dtype={"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision)).eval()
     return task, model, task.build_generator([model], cfg.generation)
 
 
@@ -63,12 +64,14 @@ def main(argv=None):
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--precision", choices=("fp32", "fp16", "bf16"), default="fp32")
     args = parser.parse_args(argv)
     if not Path(args.path).is_file():
         parser.exit(2, f"error: {args.path}: no such checkpoint (train one, e.g. bash scripts/main_job.sh)\n")
     torch.set_num_threads(args.threads)
     variants = {
-        name: load(args.path, args.data, args.beam, name == "fused", args.device) for name in ("stock", "fused")
+        name: load(args.path, args.data, args.beam, name == "fused", args.device, args.precision)
+        for name in ("stock", "fused")
     }
     task = variants["stock"][0]
     task.load_dataset(args.gen_subset)
@@ -97,7 +100,7 @@ def main(argv=None):
     same = sum(a == b for a, b in zip(outputs["stock"], outputs["fused"]))
     median = statistics.median(ratios)
     print(
-        f"\n{args.device}, {args.threads} threads, beam {args.beam}, {len(dataset)} sentences in batches of "
+        f"\n{args.device} {args.precision}, {args.threads} threads, beam {args.beam}, {len(dataset)} sentences in batches of "
         f"{args.batch_size}, {args.reps} reps; fairseq's attention {len(dataset) / statistics.median(seconds['stock']):.1f} "
         f"sentences/s\n--fused-attention speed ratio {median:.3f} (spread {min(ratios):.3f}-{max(ratios):.3f}); "
         f"target >= {TARGET}: {'met' if median >= TARGET else 'MISSED'}; same translation for {same}/{len(dataset)} sentences"

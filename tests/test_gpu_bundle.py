@@ -195,7 +195,9 @@ def test_check_dry_run_trains_scores_and_resumes(check_data, tmp_path):
     methods = {"transformer_preln", "transformer_deepnet", "transformer_b2t", "transformer_admin", "transformer_tfixup"}
     assert "error" not in bench and set(bench["archs"]) == methods | {m + "+fast" for m in methods}
     markdown = (out / "check.md").read_text()
-    for heading in ("### a. Every method", "### b. Admin's omegas", "### c. Throughput", "### d. 3L-3L"):
+    decoding = report["decoding"][0]  # part a's Pre-LN model, beam search with and without --fused-attention
+    assert "error" not in decoding and decoding["same"] == decoding["sentences"] == 16, decoding
+    for heading in ("### a. Every method", "### b. Admin's omegas", "### c. Throughput", "### d. 3L-3L", "### f. Beam"):
         assert heading in markdown
     assert (out / "check.png").stat().st_size > 10_000
     log = runs / "a.admin.2L.fp32" / "train.log"
@@ -204,4 +206,8 @@ def test_check_dry_run_trains_scores_and_resumes(check_data, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert log.stat().st_mtime_ns == before  # not trained again
     report = json.loads((out / "check.json").read_text())
-    assert {r["name"] for r in report["runs"]} == {"a.admin.2L.fp32", "b.admin.2L.fp32"} and "throughput" not in report
+    assert (
+        {r["name"] for r in report["runs"]} == {"a.admin.2L.fp32", "b.admin.2L.fp32"}
+        and "throughput" not in report
+        and "decoding" not in report
+    )

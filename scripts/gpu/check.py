@@ -18,7 +18,10 @@ b. Admin's omegas profiled in the fp16 (and bf16) runs equal those of an fp32 ru
 c. ``benchmarks/throughput.py`` in fp16 and bf16: speed and peak-memory ratio of each arch
    against fairseq's ``transformer``, one process per precision (run alone on the GPU);
 d. 18L-18L Post-LN, Admin, B2T and Pre-LN in fp16 for the same budget;
-e. fairseq-generate + BLEU (tokenised and SacreBLEU) on the test set for every model of a and d.
+e. fairseq-generate + BLEU (tokenised and SacreBLEU) on the test set for every model of a and d;
+f. ``benchmarks/decoding.py`` on part a's Pre-LN model of each precision: beam-search speed with
+   ``--fused-attention`` against fairseq's attention, and whether both translate alike (after
+   the training runs, alone on the GPU).
 
 Resumable: a run with results (``RUNS/<name>/check.json``) is not run again (``--force``
 reruns). ``--dry-run`` (no GPU needed): fp32 on CPU, tiny models, a few updates, 3L-3L for
@@ -54,7 +57,7 @@ for _name in method_names("iwslt14_mini"):
     if _name == "b2t":
         METHODS["b2t_noln"] = ("b2t", ["--b2t-no-layer-norm"], "B2T w/o LN")
 DEEP = ("postln", "admin", "b2t", "preln")
-PARTS = "abcde"
+PARTS = "abcdef"
 OMEGA_TOLERANCE = 1e-4  # relative; fp16 / bf16 profiling must be the fp32 one
 
 
@@ -71,6 +74,7 @@ class Budget:
     log_interval: int
     precisions: tuple
     bench: tuple  # benchmarks/throughput.py arguments
+    decode: tuple  # benchmarks/decoding.py arguments
     generate: tuple = ()  # decoding settings over the recipe's (beam 5, last checkpoint)
 
 
@@ -86,6 +90,7 @@ GPU = Budget(
     log_interval=10,
     precisions=("fp16", "bf16"),
     bench=("--layers", "6", "--dim", "512", "--max-tokens", "4096", "--reps", "10"),
+    decode=("--beam", "5", "--batch-size", "128", "--reps", "5"),
 )
 DRY = Budget(
     updates=8,
@@ -99,6 +104,7 @@ DRY = Budget(
     log_interval=1,
     precisions=("fp32",),
     bench=("--layers", "1", "--dim", "32", "--max-tokens", "512", "--reps", "1", "--warmup", "1", "--no-memory"),
+    decode=("--beam", "2", "--batch-size", "16", "--reps", "1"),
     generate=(("beam", 2), ("extra", ["--max-len-a", "1.2", "--max-len-b", "5"])),
 )
 
@@ -121,8 +127,8 @@ def plan(parts, budget):
     runs = []
     if "d" in parts:
         runs += [Run("d", m, budget.precisions[0], budget.deep_layers, budget.deep_updates) for m in DEEP]
-    if "a" in parts or "b" in parts:
-        methods = METHODS if "a" in parts else ["admin"]
+    if "a" in parts or "b" in parts or "f" in parts:
+        methods = METHODS if "a" in parts else ["admin"] * ("b" in parts) + ["preln"] * ("f" in parts)
         runs += [Run("a", m, p, budget.layers, budget.updates) for m in methods for p in budget.precisions]
     if "b" in parts:
         runs.append(Run("b", "admin", "fp32", budget.layers, 1))
@@ -334,6 +340,41 @@ def throughput(precision, args):
     return result
 
 
+_DECODE_LINE = re.compile(
+    r"attention ([\d.]+) sentences/s\n--fused-attention speed ratio ([\d.]+) \(spread ([\d.]+)-([\d.]+)\).*?"
+    r"same translation for (\d+)/(\d+) sentences"
+)
+
+
+def decoding(precision, args):
+    """Part f: benchmarks/decoding.py on part a's Pre-LN model of ``precision``."""
+    device = "cpu" if args.dry_run else "cuda"
+    run = Run("a", "preln", precision, args.budget.layers, args.budget.updates)
+    checkpoint = Path(args.runs) / run.name / "checkpoints" / "checkpoint_last.pt"
+    cmd = [
+        sys.executable,
+        str(REPO / "benchmarks" / "decoding.py"),
+        *("--path", str(checkpoint), "--data", str(Path(args.data) / "bin")),
+        *("--device", device, "--precision", precision, *args.budget.decode),
+    ]
+    print(f"[decoding {precision}] $ {shlex.join(cmd)}", flush=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    result = {"precision": precision, "device": device, "command": shlex.join(cmd)}
+    match = _DECODE_LINE.search(proc.stdout)
+    if proc.returncode or not match:
+        result["error"] = ((proc.stdout + proc.stderr).strip().splitlines() or ["(no output)"])[-1]
+        return result
+    stock, ratio, low, high, same, sentences = match.groups()
+    result.update(
+        stock_sentences_per_s=float(stock),
+        speed_ratio=float(ratio),
+        spread=[float(low), float(high)],
+        same=int(same),
+        sentences=int(sentences),
+    )
+    return result
+
+
 def device_facts(dry_run):
     import torch
 
@@ -442,6 +483,18 @@ def render(report):
                 f"| {arch} | {row['speed_ratio']:.3f} | {row['spread'][0]:.3f}-{row['spread'][1]:.3f} | {_f(row['memory_ratio'], 3)} |"
             )
         lines.append("")
+    for bench in report.get("decoding", []):
+        lines += [f"### f. Beam search with `--fused-attention`, {bench['precision']} ({bench['device']})", ""]
+        lines += [f"    {bench['command']}", ""]
+        if "error" in bench:
+            lines += [f"**failed**: {bench['error']}", ""]
+            continue
+        lines += [
+            f"fairseq's attention: {bench['stock_sentences_per_s']:.1f} sentences/s; `--fused-attention`: "
+            f"speed ratio {bench['speed_ratio']:.3f} (spread {bench['spread'][0]:.3f}-{bench['spread'][1]:.3f}); "
+            f"the same translation for {bench['same']} of {bench['sentences']} sentences.",
+            "",
+        ]
     if by_part["d"]:
         lines += _training_table(
             by_part["d"],
@@ -538,6 +591,8 @@ def main(argv=None):
     report["sentences"] = next((r["sentences"] for r in records if "sentences" in r), None)
     if "b" in args.parts:
         report["omegas"] = omega_comparison(records)
+    if "f" in args.parts:  # after the training runs, alone on the device: timings
+        report["decoding"] = [decoding(p, args) for p in budget.precisions]
     report["minutes"] = (time.time() - start) / 60
     out = Path(args.out)
     _write_json(out / "check.json", report)
@@ -548,7 +603,7 @@ def main(argv=None):
     plot(report, out / "check.png")
     print(markdown)
     failed = [r["name"] for r in records if "error" in r] + [
-        f"throughput {b['precision']}" for b in report.get("throughput", []) if "error" in b
+        f"{part} {b['precision']}" for part in ("throughput", "decoding") for b in report.get(part, []) if "error" in b
     ]
     if failed:
         print(f"check: failed: {', '.join(failed)}", file=sys.stderr)
