@@ -76,10 +76,9 @@ def main(argv=None):
     task = variants["stock"][0]
     task.load_dataset(args.gen_subset)
     dataset = task.dataset(args.gen_subset)
-    batches = [
-        dataset.collater([dataset[i] for i in range(start, min(start + args.batch_size, len(dataset)))])
-        for start in range(0, len(dataset), args.batch_size)
-    ]
+    # fairseq-generate's batches: sorted by length, --batch-size sentences each
+    iterator = task.get_batch_iterator(dataset=dataset, max_sentences=args.batch_size, seed=1)
+    batches = list(iterator.next_epoch_itr(shuffle=False))
     if args.device == "cuda":
         from fairseq import utils
 
