@@ -32,9 +32,7 @@ def load(path, data, beam, fused, device, precision="fp32"):
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from fairseq.options import get_generation_parser, parse_args_and_arch
 
-    from fairseq_layernorm_plugins import __path__ as plugin_path
-
-    argv = [str(data), "--user-dir", plugin_path[0], "--path", str(path), "--beam", str(beam)]
+    argv = [str(data), "--user-dir", str(REPO / "fairseq_layernorm_plugins"), "--path", str(path), "--beam", str(beam)]
     cfg = convert_namespace_to_omegaconf(parse_args_and_arch(get_generation_parser(), argv))
     overrides = {"fused_attention": True} if fused else {}
     (model,), _, task = checkpoint_utils.load_model_ensemble_and_task([str(path)], arg_overrides=overrides)

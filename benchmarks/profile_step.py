@@ -104,8 +104,8 @@ def markdown(args, results):
     names = list(results)
     order = [OPTIMIZER] + [c for c, _ in CATEGORIES] + [OTHER]
     lines = [
-        f"{args.device} {args.precision}, {args.layers}L-{args.layers}L d={args.dim} FFN {args.ffn_dim or 4 * args.dim} "
-        f"{args.heads or max(1, args.dim // 64)} heads, {args.batches} batches of <= {args.max_tokens} tokens per step, "
+        f"{args.device} {args.precision}, {args.layers}L-{args.layers}L d={args.dim} FFN {args.ffn_dim} "
+        f"{args.heads} heads, {args.batches} batches of <= {args.max_tokens} tokens per step, "
         f"{args.threads} threads, {args.reps} profiled steps",
         "",
         f"| share of the step's self time | {' | '.join(names)} |",

@@ -58,13 +58,13 @@ def model_args(args, arch):
         "--decoder-embed-dim",
         args.dim,
         "--encoder-ffn-embed-dim",
-        args.ffn_dim or 4 * args.dim,
+        args.ffn_dim,
         "--decoder-ffn-embed-dim",
-        args.ffn_dim or 4 * args.dim,
+        args.ffn_dim,
         "--encoder-attention-heads",
-        args.heads or max(1, args.dim // 64),
+        args.heads,
         "--decoder-attention-heads",
-        args.heads or max(1, args.dim // 64),
+        args.heads,
         "--share-decoder-input-output-embed",
         "--dropout",
         "0.1",
@@ -180,9 +180,9 @@ def peak_memory(args, arch, fast=False):
         "--dim",
         str(args.dim),
         "--ffn-dim",
-        str(args.ffn_dim or 4 * args.dim),
+        str(args.ffn_dim),
         "--heads",
-        str(args.heads or max(1, args.dim // 64)),
+        str(args.heads),
         "--batches",
         str(args.batches),
         "--max-tokens",
@@ -238,6 +238,8 @@ def build_parser(description=__doc__):
 
 def parse(argv, parser=None):
     args = (parser or build_parser()).parse_args(argv[1:])
+    args.ffn_dim = args.ffn_dim or 4 * args.dim
+    args.heads = args.heads or max(1, args.dim // 64)
     if not args.archs:
         from fairseq_layernorm_plugins.methods import METHODS, method_names
 

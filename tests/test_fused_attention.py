@@ -187,7 +187,7 @@ def test_every_arch_beam_searches_as_fairseqs_own_path(tiny_data_bin, family, fu
         )
 
 
-def test_a_trained_model_resumes_across_the_switch_and_translates_alike(tiny_data_bin, tmp_path):
+def test_a_trained_model_resumes_across_the_switch_and_translates_alike(tiny_data_bin, tmp_path, fused_steps):
     """fairseq-train 60 updates on fairseq's path (shared source / target embeddings), then 40
     more from that checkpoint with and without --fused-attention: the same losses; fairseq-generate
     (beam 5) with the option through --model-overrides gives the same translations."""
@@ -237,10 +237,12 @@ def test_a_trained_model_resumes_across_the_switch_and_translates_alike(tiny_dat
     assert translations == expected
     assert scores == pytest.approx(expected_scores, abs=2e-4)  # printed to 4 decimals
 
-    # the decoding benchmark's own check, in process: the same best hypothesis for every sentence
+    # the decoding benchmark in process (the same arg_overrides as --model-overrides): the fused
+    # steps taken, the same best hypothesis for every sentence
     sys.path.insert(0, str(REPO / "benchmarks"))
     import decoding
 
     argv = ["--path", str(tmp_path / "stock" / "checkpoint_last.pt"), "--data", str(data), "--reps", "1"]
     result = decoding.main([*argv, "--batch-size", "16", "--threads", "1", "--device", "cpu"])
     assert result["same"] == result["sentences"] == 40 and len(result["ratios"]) == 1
+    assert fused_steps  # the override built FusedAttention layers, and decoding used them

@@ -101,7 +101,7 @@ class FusedAttention(MultiheadAttention):
             k, v = self._heads(self.k_proj(key)), self._heads(self.v_proj(key))
             if "prev_key" in saved:  # self-attention: the earlier steps' keys and values first
                 k, v = torch.cat([saved["prev_key"], k], dim=2), torch.cat([saved["prev_value"], v], dim=2)
-        key_padding_mask = MultiheadAttention._append_prev_key_padding_mask(
+        key_padding_mask = self._append_prev_key_padding_mask(
             key_padding_mask=key_padding_mask,
             prev_key_padding_mask=saved.get("prev_key_padding_mask"),
             batch_size=k.size(0),

@@ -128,7 +128,8 @@ def plan(parts, budget):
     if "d" in parts:
         runs += [Run("d", m, budget.precisions[0], budget.deep_layers, budget.deep_updates) for m in DEEP]
     if "a" in parts or "b" in parts or "f" in parts:
-        methods = METHODS if "a" in parts else ["admin"] * ("b" in parts) + ["preln"] * ("f" in parts)
+        # without part a: only the runs part b (Admin) and part f (Pre-LN) need
+        methods = METHODS if "a" in parts else [m for m, part in (("admin", "b"), ("preln", "f")) if part in parts]
         runs += [Run("a", m, p, budget.layers, budget.updates) for m in methods for p in budget.precisions]
     if "b" in parts:
         runs.append(Run("b", "admin", "fp32", budget.layers, 1))
