@@ -15,7 +15,6 @@ column per arch in per cent of the step's self time, followed by the outermost o
 outside the matmuls that cost most. Writes OUT.md and OUT.json with ``--out``.
 """
 
-import json
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -121,6 +120,8 @@ def markdown(args, results):
 
 
 def main(argv=None):
+    from fairseq_layernorm_plugins.atomic import write_json, write_text
+
     parser = throughput.build_parser(__doc__)
     parser.add_argument("--fast", action="store_true", help="profile the ARCH+fast variants (the package's fast paths)")
     parser.add_argument("--out", help="write OUT.md and OUT.json")
@@ -138,12 +139,8 @@ def main(argv=None):
     text = markdown(args, results)
     print(text)
     if args.out:
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        for suffix, content in ((".md", text), (".json", json.dumps(results, indent=1))):
-            tmp = out.with_suffix(suffix + ".tmp")
-            tmp.write_text(content)
-            tmp.replace(out.with_suffix(suffix))
+        write_text(Path(args.out).with_suffix(".md"), text)
+        write_json(Path(args.out).with_suffix(".json"), results)
     return results
 
 

@@ -22,10 +22,11 @@ Everything else is copied. Log-probabilities agree up to float rounding.
 
 import argparse
 import copy
-import os
 
 import torch
 from fairseq.modules.sinusoidal_positional_embedding import SinusoidalPositionalEmbedding
+
+from fairseq_layernorm_plugins.atomic import atomic_path
 
 DROPPED_ARGS = ("admin_init", "admin_profile_batches", "admin_profile_mask_padding", "admin_profile_json")
 
@@ -118,9 +119,8 @@ def export_checkpoint(admin_path, out_path):
         "extra_state": {},
         "last_optimizer_state": None,
     }
-    tmp = f"{out_path}.tmp"
-    torch.save(out, tmp)
-    os.replace(tmp, out_path)  # never a half-written checkpoint
+    with atomic_path(out_path) as tmp:  # never a half-written checkpoint
+        torch.save(out, tmp)
 
 
 def main(argv=None):

@@ -14,7 +14,6 @@ iterator, the run's seed) and omega is then broadcast from rank 0, so all ranks
 start identical.
 """
 
-import json
 import logging
 import os
 import time
@@ -23,6 +22,7 @@ import torch
 from fairseq import utils
 from fairseq.modules import LayerDropModuleList
 
+from fairseq_layernorm_plugins.atomic import write_json
 from fairseq_layernorm_plugins.models.transformer_admin import AdminProfile
 
 logger = logging.getLogger(__name__)
@@ -182,8 +182,7 @@ def maybe_profile(cfg, task, model):
             )
     logger.info(f"Admin: profiled {args.admin_profile_batches} batch(es) in {seconds:.2f} s")
     if args.admin_profile_json and (not torch.distributed.is_initialized() or torch.distributed.get_rank() == 0):
-        with open(args.admin_profile_json, "w") as f:
-            json.dump({"seconds": seconds, "batches": args.admin_profile_batches, **report}, f, indent=1)
+        write_json(args.admin_profile_json, {"seconds": seconds, "batches": args.admin_profile_batches, **report})
 
 
 def install_trainer_hook():

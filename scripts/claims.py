@@ -74,7 +74,7 @@ class Claim:
 
 CLAIMS = {
     "preln": Claim(
-        paper="Pre-LN (Xiong et al. 2020), Sec. 4 / Fig. 3",
+        paper="Pre-LN (Xiong et al. 2020), Sec. 4.2 / Fig. 4 (Pre-LN), Sec. 3.1 / Fig. 2 (warm-up)",
         statement="Pre-LN without warm-up reaches the BLEU of Post-LN with warm-up in fewer updates; "
         "Post-LN without warm-up lags or fails.",
         depth="6L-6L",
@@ -213,6 +213,7 @@ def eval_bleu_flags(every):
 
 def train_run(claim, run, args):
     """Train (or resume) and evaluate one run; returns its record for OUT.json."""
+    from fairseq_layernorm_plugins.atomic import write_json
     from fairseq_layernorm_plugins.recipes.evaluate import evaluate
     from fairseq_layernorm_plugins.recipes.launch import Launch, data_bin, train
     from fairseq_layernorm_plugins.recipes.report import read_log_curves, unigram_bits
@@ -224,7 +225,7 @@ def train_run(claim, run, args):
         print(f"[{run.label}] spec changed: training again from scratch", flush=True)
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    spec_file.write_text(json.dumps(spec, indent=1))
+    write_json(spec_file, spec)
     launch = Launch(
         recipe,
         str(data_bin(args.data, recipe, REPO)),
@@ -279,6 +280,7 @@ def render(claim_name, records, commands, out, unigram):
     """OUT.md (table: status, final validation NLL and BLEU, updates to the baseline's final
     validation BLEU, test BLEU) and OUT.png (validation BLEU and NLL against updates)."""
     from fairseq_layernorm_plugins import models  # noqa: F401  (registers every method)
+    from fairseq_layernorm_plugins.atomic import atomic_path, write_text
     from fairseq_layernorm_plugins.methods import METHODS
     from fairseq_layernorm_plugins.recipes.report import pyplot
 
@@ -315,7 +317,6 @@ def render(claim_name, records, commands, out, unigram):
             f"{_fmt(last['bleu'])} | {_fmt(best)} | {reach if reach is not None else 'not reached'} | "
             f"{r['test_bleu']:.2f} |"
         )
-    Path(f"{out}.md.tmp").write_text("\n".join(lines) + "\n")
 
     plt = pyplot()
     fig, (ax_bleu, ax_nll) = plt.subplots(1, 2, figsize=(11, 4))
@@ -336,10 +337,10 @@ def render(claim_name, records, commands, out, unigram):
     ax_nll.set(xlabel="updates", ylabel="validation NLL (bits/token)", title="validation NLL")
     ax_nll.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(f"{out}.png.tmp.png", dpi=110)
+    with atomic_path(f"{out}.png") as tmp:
+        fig.savefig(tmp, dpi=110)
     plt.close(fig)
-    Path(f"{out}.png.tmp.png").replace(f"{out}.png")
-    Path(f"{out}.md.tmp").replace(f"{out}.md")
+    write_text(f"{out}.md", "\n".join(lines) + "\n")
     return "\n".join(lines)
 
 
@@ -348,6 +349,8 @@ def _fmt(value):
 
 
 def main(argv=None):
+    from fairseq_layernorm_plugins.atomic import write_json
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("claim", nargs="?", choices=sorted(CLAIMS))
     parser.add_argument("--list", action="store_true", help="print the claims and their runs, and exit")
@@ -431,11 +434,7 @@ def main(argv=None):
                 f"valid BLEU {_fmt(last.get('bleu'))}, test BLEU {record['test_bleu']:.2f} ({record['minutes']} min)",
                 flush=True,
             )
-            tmp = results.with_suffix(".json.tmp")
-            tmp.write_text(
-                json.dumps({"commands": commands, "budget": budget(args), "runs": list(done.values())}, indent=1)
-            )
-            tmp.replace(results)
+            write_json(results, {"commands": commands, "budget": budget(args), "runs": list(done.values())})
     print(render(args.claim, list(done.values()), commands, out, unigram_bits(args.data_dir)))
     print(f"wrote {out}.md, .png, .json ({(time.time() - start) / 60:.1f} min for {len(todo)} runs)")
 

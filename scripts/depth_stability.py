@@ -10,7 +10,6 @@ Post-LN does not. Writes ``<out>/curves.json`` (loss per update per arch) and
 """
 
 import argparse
-import json
 import math
 import subprocess
 import sys
@@ -112,6 +111,7 @@ def summarize(losses):
 
 
 def plot(curves, path, title):
+    from fairseq_layernorm_plugins.atomic import atomic_path
     from fairseq_layernorm_plugins.recipes.report import pyplot
 
     plt = pyplot()
@@ -124,10 +124,13 @@ def plot(curves, path, title):
     ax.set_title(title)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=120)
 
 
 def main(argv=None):
+    from fairseq_layernorm_plugins.atomic import write_json
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--archs", default="transformer_tfixup,transformer", help="comma-separated fairseq archs")
     parser.add_argument("--layers", type=int, default=50, help="encoder and decoder layers (default 50)")
@@ -159,7 +162,7 @@ def main(argv=None):
             print(f"{arch}: {summary[arch]}", flush=True)
 
     settings = {k: v for k, v in vars(args).items() if k not in ("out",)}
-    (out / "curves.json").write_text(json.dumps({"settings": settings, "summary": summary, "curves": curves}))
+    write_json(out / "curves.json", {"settings": settings, "summary": summary, "curves": curves}, indent=None)
     plot(curves, out / "curves.png", f"{args.layers}L-{args.layers}L, d={args.dim}, lr {args.lr}, no warm-up")
     print(f"wrote {out / 'curves.json'} and {out / 'curves.png'}")
     return summary

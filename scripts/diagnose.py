@@ -13,7 +13,6 @@ cosine similarity, deepest model). Arguments after ``--`` go to every model (fai
 """
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -49,6 +48,7 @@ def measure(data_bin, archs, depths, model_args, sentences, seed, lr):
 
 
 def plot(results, out):
+    from fairseq_layernorm_plugins.atomic import atomic_path
     from fairseq_layernorm_plugins.recipes.report import pyplot
 
     plt = pyplot()
@@ -100,7 +100,8 @@ def plot(results, out):
     figures["cosine"] = fig
     for name, fig in figures.items():
         fig.tight_layout()
-        fig.savefig(Path(out) / f"{name}.png", dpi=110)
+        with atomic_path(Path(out) / f"{name}.png") as tmp:
+            fig.savefig(tmp, dpi=110)
         plt.close(fig)
 
 
@@ -127,12 +128,12 @@ def parse(argv):
 
 
 def main(argv=None):
+    from fairseq_layernorm_plugins.atomic import write_json
+
     args, model_args = parse(sys.argv[1:] if argv is None else argv)
     Path(args.out).mkdir(parents=True, exist_ok=True)
     results = measure(args.data_bin, args.archs, args.depths, model_args, args.sentences, args.seed, args.lr)
-    (Path(args.out) / "diagnostics.json").write_text(
-        json.dumps({"command": " ".join(sys.argv), "results": results}, indent=1)
-    )
+    write_json(Path(args.out) / "diagnostics.json", {"command": " ".join(sys.argv), "results": results})
     plot(results, args.out)
     print(f"wrote {args.out}/diagnostics.json and grad_norms / output_change / dependency / cosine .png")
 

@@ -105,6 +105,7 @@ def run_cell(method, depth, lr, warmup, args):
 
 
 def render(cells, commands, out, data):
+    from fairseq_layernorm_plugins.atomic import atomic_path, write_text
     from fairseq_layernorm_plugins.recipes.report import pyplot, unigram_bits
 
     plt = pyplot()
@@ -149,7 +150,7 @@ def render(cells, commands, out, data):
         lines.append("| " + " | ".join(row) + " |")
     previous = Path(f"{out}.md").read_text() if Path(f"{out}.md").exists() else ""
     findings = previous[previous.index("\n## Findings") :] if "\n## Findings" in previous else ""  # hand-written, kept
-    Path(f"{out}.md").write_text("\n".join(lines) + "\n" + findings)
+    write_text(f"{out}.md", "\n".join(lines) + "\n" + findings)
     fig, ax = plt.subplots(figsize=(1.3 * len(columns) + 2, 0.5 * len(methods) + 2))
     image = ax.imshow(grid, cmap="viridis_r", aspect="auto")
     for i, method in enumerate(methods):
@@ -174,11 +175,14 @@ def render(cells, commands, out, data):
     fig.colorbar(image, label="final validation NLL, bits (X = diverged)")
     ax.set_title("stability grid: final validation NLL")
     fig.tight_layout()
-    fig.savefig(f"{out}.png", dpi=110)
+    with atomic_path(f"{out}.png") as tmp:
+        fig.savefig(tmp, dpi=110)
     plt.close(fig)
 
 
 def main():
+    from fairseq_layernorm_plugins.atomic import write_json
+
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -247,9 +251,7 @@ def main():
                 f"({cell['minutes']} min)",
                 flush=True,
             )
-            tmp = results.with_suffix(".json.tmp")
-            tmp.write_text(json.dumps({"commands": commands, "budget": budget, "cells": list(done.values())}, indent=1))
-            tmp.replace(results)
+            write_json(results, {"commands": commands, "budget": budget, "cells": list(done.values())})
     render(list(done.values()), commands, args.out, args.data)
     print(f"wrote {args.out}.md, .png, .json ({(time.time() - start) / 60:.1f} min for {len(todo)} cells)")
 

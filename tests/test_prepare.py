@@ -2,7 +2,7 @@
 
 import pytest
 
-from fairseq_layernorm_plugins.prepare.textio import DataError, atomic_directory, read_lines, read_parallel
+from fairseq_layernorm_plugins.prepare.textio import DataError, read_lines, read_parallel
 
 
 def test_misaligned_files_name_both(tmp_path):
@@ -28,23 +28,3 @@ def test_empty_or_blank_file(tmp_path, content):
 def test_missing_file(tmp_path):
     with pytest.raises(DataError, match=r"nope\.en: file not found"):
         read_lines(tmp_path / "nope.en")
-
-
-def test_atomic_directory_leaves_nothing_on_failure(tmp_path):
-    out = tmp_path / "prepared"
-    with pytest.raises(RuntimeError):
-        with atomic_directory(out) as tmp:
-            (tmp / "train.de").write_text("halb geschrieben\n")
-            raise RuntimeError("interrupted")
-    assert not out.exists()
-    assert list(tmp_path.iterdir()) == []
-
-
-def test_atomic_directory_replaces_old_output_only_when_complete(tmp_path):
-    out = tmp_path / "prepared"
-    out.mkdir()
-    (out / "old").write_text("old\n")
-    with atomic_directory(out) as tmp:
-        (tmp / "new").write_text("new\n")
-        assert (out / "old").exists()  # still the old output while the new one is written
-    assert [p.name for p in out.iterdir()] == ["new"]

@@ -1,11 +1,15 @@
 """Recipes (configs/) and the launcher: every recipe is a valid fairseq command line,
 the batch split keeps tokens per update, the printed command is the config."""
 
+import sys
+import threading
+import time
+
 import pytest
 from conftest import parse
 
 from fairseq_layernorm_plugins.recipes.config import RecipeError, fairseq_flags, list_recipes, load_recipe, merge
-from fairseq_layernorm_plugins.recipes.launch import Launch, batch_plan
+from fairseq_layernorm_plugins.recipes.launch import Launch, batch_plan, run_logged
 
 ALL = [(name, depth) for name in list_recipes() for depth in load_recipe(name).depths or [None]]
 
@@ -141,3 +145,24 @@ def test_b2t_authors_settings(tiny_data_bin):
     deeper = _args("wmt14/b2t_released/preln", "60L-12L", tiny_data_bin)
     assert deeper.dropout == 0.35 and deeper.clip_norm == 0.1 and not getattr(deeper, "b2t_weight_rescale", False)
     assert _args("wmt14/b2t_released/b2t", "6L-6L", tiny_data_bin).dropout == 0.3
+
+
+def test_the_training_log_shows_each_line_while_training_runs(tmp_path):
+    """train.log is written line by line, so that ``tail -f`` follows a run that takes hours:
+    the child prints one line, then waits until the test has seen it in the log."""
+    log, seen = tmp_path / "train.log", tmp_path / "seen"
+    child = (
+        "import pathlib, time\n"
+        "print('| train_inner | update 25', flush=True)\n"
+        f"for _ in range(600):\n    if pathlib.Path({str(seen)!r}).exists(): break\n    time.sleep(0.1)\n"
+    )
+    thread = threading.Thread(target=run_logged, args=([sys.executable, "-c", child], log, "t"), daemon=True)
+    thread.start()
+    deadline = time.time() + 30
+    while time.time() < deadline and "update 25" not in (log.read_text() if log.exists() else ""):
+        time.sleep(0.05)
+    shown = "update 25" in log.read_text()
+    seen.touch()
+    thread.join(timeout=60)
+    assert shown, "the line reached train.log only when the process ended"
+    assert not thread.is_alive()

@@ -265,4 +265,4 @@ def test_tasks_of_one_job_leave_one_record_and_a_log_each(tmp_path):
     assert json.loads((run_dir / "run.json").read_text()) == json.loads(json.dumps(launch.record()))
     assert set((run_dir / "train.log").read_text().splitlines()) == {"rank 0 | train_inner | done"}
     assert set((run_dir / "train.rank1.log").read_text().splitlines()) == {"rank 1 | train_inner | done"}
-    assert not list(run_dir.glob("*.tmp"))
+    assert sorted(p.name for p in run_dir.iterdir()) == ["run.json", "train.log", "train.rank1.log"]

@@ -15,7 +15,8 @@ import random
 import shutil
 from pathlib import Path
 
-from fairseq_layernorm_plugins.prepare.textio import atomic_directory, fairseq_preprocess, write_lines
+from fairseq_layernorm_plugins.atomic import atomic_directory
+from fairseq_layernorm_plugins.prepare.textio import fairseq_preprocess, write_lines
 
 logger = logging.getLogger(__name__)
 

@@ -10,7 +10,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from fairseq_layernorm_plugins.prepare.textio import DataError, atomic_directory
+from fairseq_layernorm_plugins.atomic import atomic_directory
+from fairseq_layernorm_plugins.prepare.textio import DataError
 
 logger = logging.getLogger(__name__)
 STAMP = ".stamp"

@@ -1,11 +1,7 @@
-"""Reading parallel text safely and writing output directories atomically."""
+"""Reading parallel text safely, writing it, and binarising it with fairseq-preprocess."""
 
-import contextlib
-import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 
@@ -47,23 +43,6 @@ def aligned(name_a, a, name_b, b, what):
 def write_lines(path, lines):
     with open(path, "w", encoding="utf-8") as f:
         f.writelines(line + "\n" for line in lines)
-
-
-@contextlib.contextmanager
-def atomic_directory(destination):
-    """Yield a temporary directory beside ``destination``; rename it into place only if
-    the block completes, so a failure never leaves a half-written ``destination``."""
-    destination = Path(destination)
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{destination.name}.tmp-", dir=destination.parent))
-    try:
-        yield tmp
-        if destination.exists():
-            shutil.rmtree(destination)
-        os.replace(tmp, destination)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def fairseq_preprocess(trainpref, validpref, testpref, destdir, src, tgt, joined=False, workers=2):

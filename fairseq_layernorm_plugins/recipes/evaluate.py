@@ -24,6 +24,7 @@ import sacrebleu
 import torch
 from sacremoses import MosesDetokenizer
 
+from fairseq_layernorm_plugins.atomic import atomic_path, write_json
 from fairseq_layernorm_plugins.prepare.moses import Tokenize
 from fairseq_layernorm_plugins.prepare.textio import read_lines, write_lines
 from fairseq_layernorm_plugins.recipes.launch import BIN, PLUGIN_DIR, run_logged
@@ -59,11 +60,9 @@ def average_checkpoints(paths, output):
     first["model"] = {
         k: (v / len(paths)).to(first["model"][k].dtype) if v.is_floating_point() else v for k, v in sums.items()
     }
-    output = Path(output)
-    tmp = output.with_name(output.name + ".tmp")
-    torch.save(first, tmp)
-    tmp.replace(output)
-    return output
+    with atomic_path(output) as tmp:
+        torch.save(first, tmp)
+    return Path(output)
 
 
 def read_hypotheses(generate_log):
@@ -181,9 +180,7 @@ def evaluate(run_dir, average_last=None, kind="epoch", subset="test", max_tokens
         scores["sacrebleu_mean"] = mean_sacrebleu(per_set)
     headline = gen.get("bleu", "sacrebleu")
     result["headline"] = headline if headline in scores else next(iter(scores), None)
-    tmp = run_dir / "results.json.tmp"
-    tmp.write_text(json.dumps(result, indent=1))
-    tmp.replace(run_dir / "results.json")
+    write_json(run_dir / "results.json", result)
     for _metric, value in scores.items():
         echo(
             f"{run['recipe']} {run.get('depth')}: {value['label']}: {value['score']:.2f}"

@@ -9,7 +9,6 @@ run's save dir, as fairseq does by default.
 """
 
 import copy
-import json
 import math
 import os
 import shlex
@@ -18,6 +17,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fairseq_layernorm_plugins.atomic import write_json, write_text
 from fairseq_layernorm_plugins.recipes.config import fairseq_flags
 
 PLUGIN_DIR = Path(__file__).resolve().parents[1]
@@ -106,10 +106,7 @@ class Launch:
         (one process per launch; multi-GPU via ``distributed_training`` as usual)."""
         import yaml
 
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(f"# {self.describe()}\n" + yaml.safe_dump(self.groups(), sort_keys=False))
-        return path
+        return write_text(path, f"# {self.describe()}\n" + yaml.safe_dump(self.groups(), sort_keys=False))
 
     def fairseq_args(self):
         """The arguments after ``fairseq-train``."""
@@ -171,9 +168,7 @@ def write_record(run_dir, launch):
     run_dir.mkdir(parents=True, exist_ok=True)
     if process_rank() != 0:
         return
-    tmp = run_dir / f"run.json.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(launch.record(), indent=1))
-    tmp.replace(run_dir / "run.json")
+    write_json(run_dir / "run.json", launch.record())
 
 
 def train_log(run_dir):
@@ -187,7 +182,7 @@ def run_logged(cmd, log_path, label, echo=lambda line: True, env=None):
     selects (progress); raise with the log's tail if it fails."""
     print(f"[{label}] $ {shlex.join(map(str, cmd))}", flush=True)
     with (
-        open(log_path, "a") as log,
+        open(log_path, "a", buffering=1) as log,  # line-buffered: `tail -f train.log` shows progress
         subprocess.Popen(
             list(map(str, cmd)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
         ) as proc,

@@ -19,6 +19,8 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import NamedTuple
 
+from fairseq_layernorm_plugins.atomic import atomic_path, write_text
+
 
 def collect(paths):
     """results.json of every run under ``paths`` (run dirs or folders of runs)."""
@@ -258,50 +260,27 @@ def baseline_report(run_dirs, out, title, baseline="postln", notes=()):
         "| " + " | ".join(header) + " |",
         "|" + "---|" * len(header),
     ]
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with open(f"{out}.csv.tmp", "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(
-            [
-                "method",
-                "bleu",
-                "bleu_diff",
-                "updates",
-                "updates_diff",
-                "minutes",
-                "minutes_diff",
-                "valid_loss",
-                "signature",
-            ]
+    table = [
+        ["method", "bleu", "bleu_diff", "updates", "updates_diff", "minutes", "minutes_diff", "valid_loss", "signature"]
+    ]
+    for r in rows:
+        diffs = [
+            ("" if r[f"{k}_diff"] is None else fmt.format(round(r[f"{k}_diff"], digits) + 0))
+            for k, fmt, digits in (("bleu", "{:+.2f}", 2), ("updates", "{:+d}", 0), ("minutes", "{:+.1f}", 1))
+        ]  # + 0: no "-0.0"
+        valid = "" if r["valid_loss"] is None else f"{r['valid_loss']:.3f}"
+        lines.append(
+            f"| {r['method']} | {r['bleu']:.2f} | {diffs[0]} | {r['updates']} | {diffs[1]} | {r['minutes']:.1f} | {diffs[2]} | {valid} |"
         )
-        for r in rows:
-            diffs = [
-                ("" if r[f"{k}_diff"] is None else fmt.format(round(r[f"{k}_diff"], digits) + 0))
-                for k, fmt, digits in (("bleu", "{:+.2f}", 2), ("updates", "{:+d}", 0), ("minutes", "{:+.1f}", 1))
-            ]  # + 0: no "-0.0"
-            valid = "" if r["valid_loss"] is None else f"{r['valid_loss']:.3f}"
-            lines.append(
-                f"| {r['method']} | {r['bleu']:.2f} | {diffs[0]} | {r['updates']} | {diffs[1]} | {r['minutes']:.1f} | {diffs[2]} | {valid} |"
-            )
-            writer.writerow(
-                [
-                    r["method"],
-                    f"{r['bleu']:.2f}",
-                    diffs[0],
-                    r["updates"],
-                    diffs[1],
-                    f"{r['minutes']:.2f}",
-                    diffs[2],
-                    valid,
-                    r["signature"] or "",
-                ]
-            )
+        table.append(
+            [r["method"], f"{r['bleu']:.2f}", diffs[0], r["updates"], diffs[1], f"{r['minutes']:.2f}", diffs[2], valid]
+            + [r["signature"] or ""]
+        )
     markdown = "\n".join(lines + ([""] + [f"- {note}" for note in notes] if notes else [])) + "\n"
-    Path(f"{out}.md.tmp").write_text(markdown)
     plot_curves(run_dirs, f"{out}.png", title=title)
-    for ext in ("csv", "md"):
-        Path(f"{out}.{ext}.tmp").replace(f"{out}.{ext}")
+    with atomic_path(f"{out}.csv") as tmp, open(tmp, "w", newline="") as f:
+        csv.writer(f).writerows(table)
+    write_text(f"{out}.md", markdown)
     return markdown
 
 
@@ -361,13 +340,10 @@ def plot_curves(run_dirs, output, title=""):
     axes[0].legend()
     fig.suptitle(title)
     fig.tight_layout()
-    output = Path(output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = output.with_name(output.name + ".tmp")
-    fig.savefig(tmp, dpi=120, format="png")
+    with atomic_path(output) as tmp:
+        fig.savefig(tmp, dpi=120, format="png")
     plt.close(fig)
-    tmp.replace(output)
-    return output
+    return Path(output)
 
 
 MAIN_DOC = """Collect evaluated runs into a paper's table (Markdown + CSV, ours beside the
@@ -395,11 +371,10 @@ def main(argv=None):
         parser.exit(2, f"error: no evaluated runs of {args.table} under {', '.join(args.paths)}\n")
     markdown, table_csv = render(rows, args.table)
     paths = {ext: Path(f"{args.out}.{ext}") for ext in ("md", "csv", "png")}
-    paths["md"].parent.mkdir(parents=True, exist_ok=True)
-    paths["md"].write_text(markdown)
-    paths["csv"].write_text(table_csv)
     run_dirs = [r["run_dir"] for r in results if r["recipe"].rsplit("/", 1)[0] == args.table]
     plot_curves(run_dirs, paths["png"], title=args.table)
+    write_text(paths["md"], markdown)
+    write_text(paths["csv"], table_csv)
     print(markdown)
     print("wrote " + ", ".join(map(str, paths.values())))
     return rows

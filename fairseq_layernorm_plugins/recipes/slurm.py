@@ -11,6 +11,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fairseq_layernorm_plugins.atomic import write_text
 from fairseq_layernorm_plugins.recipes.config import CONFIG_DIR, load_recipe
 from fairseq_layernorm_plugins.recipes.evaluate import evaluate
 from fairseq_layernorm_plugins.recipes.launch import Launch, data_bin, run_dir, train
@@ -149,6 +150,4 @@ def write_sbatch(run, directory, timeout_min=4320, partition=None, cpus_per_task
         f"python {shlex.quote(str(Path(run.config_dir).parent / 'scripts' / 'evaluate.py'))} {shlex.quote(str(run_dir))}",
         "",
     ]
-    path = directory / f"{name}.sbatch"
-    path.write_text("\n".join(lines))
-    return path
+    return write_text(directory / f"{name}.sbatch", "\n".join(lines))

@@ -46,6 +46,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from fairseq_layernorm_plugins.atomic import atomic_path, write_json, write_text  # noqa: E402
 from fairseq_layernorm_plugins.methods import METHODS as REGISTRY  # noqa: E402
 from fairseq_layernorm_plugins.methods import method_names  # noqa: E402
 
@@ -218,7 +219,7 @@ def train_run(run, args):
     record.update(training_summary(curves))
     if (run_dir / "admin_profile.json").is_file():
         record["admin_profile"] = json.loads((run_dir / "admin_profile.json").read_text())
-    _write_json(done, record)
+    write_json(done, record)
     return record
 
 
@@ -267,7 +268,7 @@ def evaluate_run(record, args):
         record["sentences"] = result["sentences"]
     except (RuntimeError, ValueError) as err:
         record["bleu_error"] = str(err).splitlines()[0]
-    _write_json(run_dir / "check.json", record)
+    write_json(run_dir / "check.json", record)
     return record
 
 
@@ -393,14 +394,6 @@ def device_facts(dry_run):
     return facts
 
 
-def _write_json(path, data):
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    tmp.replace(path)
-
-
 def _f(value, digits=2):
     return "" if value is None else f"{value:.{digits}f}" if isinstance(value, float) else str(value)
 
@@ -523,10 +516,9 @@ def plot(report, path):
         ax.set_title(f"{'a' if part == 'a' else 'd'}. {records[0]['layers']}L-{records[0]['layers']}L")
         ax.legend(fontsize=7)
     fig.tight_layout()
-    tmp = Path(path).with_name(Path(path).stem + ".tmp.png")
-    fig.savefig(tmp, dpi=110)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110)
     plt.close(fig)
-    tmp.replace(path)
     return path
 
 
@@ -596,11 +588,9 @@ def main(argv=None):
         report["decoding"] = [decoding(p, args) for p in budget.precisions]
     report["minutes"] = (time.time() - start) / 60
     out = Path(args.out)
-    _write_json(out / "check.json", report)
+    write_json(out / "check.json", report)
     markdown = render(report)
-    tmp = out / "check.md.tmp"
-    tmp.write_text(markdown + "\n")
-    tmp.replace(out / "check.md")
+    write_text(out / "check.md", markdown + "\n")
     plot(report, out / "check.png")
     print(markdown)
     failed = [r["name"] for r in records if "error" in r] + [

@@ -161,17 +161,19 @@ def tracked_files(repo=REPO):
 def pack_project(output, repo=REPO):
     """``output`` (.tar.gz): the repository's files (not the ignored ones) as in the working tree, under
     ``fairseq_layernorm_plugins/``; written to a temp file, then renamed."""
-    tmp = output.with_name(output.name + ".tmp")
-    with tarfile.open(tmp, "w:gz") as tar:
+    from fairseq_layernorm_plugins.atomic import atomic_path
+
+    with atomic_path(output) as tmp, tarfile.open(tmp, "w:gz") as tar:
         for name in tracked_files(repo):
             tar.add(repo / name, arcname=f"fairseq_layernorm_plugins/{name}", recursive=False)
-    tmp.replace(output)
     return output
 
 
 def stage_data(prepared, out):
     """Copy what the GPU check reads from a prepared IWSLT14-mini folder (``bin/``, the
     test references, the stamp) into ``out``, replacing it."""
+    from fairseq_layernorm_plugins.atomic import atomic_directory
+
     prepared = Path(prepared)
     missing = [name for name in ("bin", *DATA_FILES) if not (prepared / name).exists()]
     if missing:
@@ -179,13 +181,10 @@ def stage_data(prepared, out):
             f"{prepared}: not a prepared IWSLT14-mini folder (missing {', '.join(missing)}); "
             "run scripts/prepare_iwslt14_mini.py or pass --iwslt-dir"
         )
-    tmp = out.with_name(out.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(prepared / "bin", tmp / "bin")
-    for name in DATA_FILES:
-        shutil.copy2(prepared / name, tmp / name)
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)
+    with atomic_directory(out) as tmp:
+        shutil.copytree(prepared / "bin", tmp / "bin")
+        for name in DATA_FILES:
+            shutil.copy2(prepared / name, tmp / name)
     return out
 
 
