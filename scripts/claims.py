@@ -24,12 +24,18 @@ Writes OUT.json (per run: spec, status, validation curve, final numbers), OUT.md
 command) and OUT.png (validation BLEU and loss against updates). Resumable: finished runs are
 kept in OUT.json, an interrupted run resumes from its checkpoint_last.pt, and a run whose
 spec (or the budget) changed is trained again from scratch.
+
+Seeds: ``--seed N`` (N != 1) trains in RUNS/CLAIM-seedN and writes OUT-seedN.*; once runs lie
+under two or more seeds, OUT-seeds.md and .png compare them (mean ± sd, differences paired by seed):
+
+    python scripts/claims.py admin --seed 2 --runs-only "preln radam" "admin radam" --out docs/claims/admin
 """
 
 import argparse
 import json
 import math
 import os
+import re
 import shutil
 import sys
 import time
@@ -262,9 +268,24 @@ def train_run(claim, run, args):
     return record
 
 
-def claim_dir(args):
-    """RUNS/CLAIM, or RUNS/CLAIM-init-STYLE with ``--init-style``."""
-    return Path(args.runs) / (args.claim + (f"-init-{args.init_style}" if args.init_style else ""))
+def claim_dir(args, seed=None):
+    """RUNS/CLAIM, or RUNS/CLAIM-init-STYLE with ``--init-style``, then ``-seedN`` for a seed
+    (``args.seed`` unless given) other than 1, so that seeds never overwrite each other's runs."""
+    path = Path(args.runs) / (args.claim + (f"-init-{args.init_style}" if args.init_style else ""))
+    return seed_path(path, args.seed if seed is None else seed)
+
+
+def seed_path(path, seed):
+    """``path`` for seed 1 (a claim's first run), ``path-seedN`` for the others."""
+    return path if seed == 1 else path.with_name(f"{path.name}-seed{seed}")
+
+
+def seed_results(out):
+    """{seed: results} of every seed whose OUT.json (seed 1) or OUT-seedN.json lies beside OUT."""
+    out = Path(out)
+    name = re.compile(re.escape(out.name) + r"(-seed[0-9]+)?\.json")
+    files = [f for f in sorted(out.parent.glob(f"{out.name}*.json")) if name.fullmatch(f.name)]
+    return {r["budget"]["seed"]: r for r in map(json.loads, map(Path.read_text, files))}
 
 
 def budget(args):
@@ -344,6 +365,77 @@ def render(claim_name, records, commands, out, unigram):
     return "\n".join(lines)
 
 
+def render_seeds(claim_name, first):
+    """FIRST-seeds.md and .png, once runs of the claim are made under more than one seed (FIRST is
+    seed 1's OUT): per run, its test BLEU per seed, mean and sample standard deviation of test BLEU,
+    final validation NLL and BLEU, and its test BLEU minus the baseline's, paired by seed (same
+    seed: same data order). Returns the markdown, or None with fewer than two seeds."""
+    from fairseq_layernorm_plugins.atomic import atomic_path, write_text
+    from fairseq_layernorm_plugins.methods import METHODS
+    from fairseq_layernorm_plugins.recipes.report import pyplot
+
+    claim = CLAIMS[claim_name]
+    by_seed = {seed: {r["label"]: r for r in res["runs"]} for seed, res in sorted(seed_results(first).items())}
+    if len(by_seed) < 2:
+        return None
+    table = {
+        run.label: {seed: runs[run.label] for seed, runs in by_seed.items() if run.label in runs} for run in claim.runs
+    }
+    table = {label: seeds for label, seeds in table.items() if len(seeds) > 1}
+    base = table.get(claim.baseline, {})
+    lines = [
+        f"### {claim_name} over seeds: {claim.paper}",
+        "",
+        f"Each run as in {Path(first).name}.md, trained again with other `--seed`s (initialisation, dropout and "
+        f"data order). Mean ± sample standard deviation over seeds; the difference from {claim.baseline} is "
+        "paired by seed.",
+        "",
+        "| run | seeds | test BLEU per seed | test BLEU | final valid NLL | final valid BLEU | "
+        f"test BLEU − {claim.baseline}, per seed | mean difference |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for label, seeds in table.items():
+        final = [r["valid"][-1] if r["valid"] else {"nll": float("nan"), "bleu": None} for r in seeds.values()]
+        diffs = [r["test_bleu"] - base[seed]["test_bleu"] for seed, r in seeds.items() if seed in base]
+        paired = label != claim.baseline and len(diffs) > 1
+        per_seed = ", ".join(f"{r['test_bleu']:.2f}" for r in seeds.values())
+        lines.append(
+            f"| {label} | {', '.join(map(str, seeds))} | {per_seed} | "
+            f"{_spread([r['test_bleu'] for r in seeds.values()])} | {_spread([f['nll'] for f in final], 3)} | "
+            f"{_spread([f['bleu'] or 0.0 for f in final])} | "
+            f"{', '.join(f'{d:+.2f}' for d in diffs) if paired else ''} | {_spread(diffs, sign=True) if paired else ''} |"
+        )
+
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
+    for ax, value, name in zip(
+        axes, (lambda r: r["test_bleu"], lambda r: r["valid"][-1]["nll"]), ("test BLEU", "final validation NLL (bits)")
+    ):
+        for x, seeds in enumerate(table.values()):
+            values = [value(r) for r in seeds.values() if r["valid"]]
+            colour = METHODS[next(iter(seeds.values()))["method"]].colour
+            ax.scatter([x] * len(values), values, color=colour, s=18)
+            ax.hlines(sum(values) / len(values), x - 0.25, x + 0.25, color=colour)
+        ax.set_xticks(range(len(table)), list(table), rotation=20, fontsize=8)
+        ax.set(ylabel=name, title=f"{claim_name}: {claim.depth}, {len(by_seed)} seeds")
+    fig.tight_layout()
+    with atomic_path(f"{first}-seeds.png") as tmp:
+        fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    write_text(f"{first}-seeds.md", "\n".join(lines) + "\n")
+    return "\n".join(lines)
+
+
+def _spread(values, digits=2, sign=False):
+    """'mean ± sample sd' of ``values`` (the mean alone for one value)."""
+    mean = sum(values) / len(values)
+    text = f"{mean:{'+' if sign else ''}.{digits}f}"
+    if len(values) > 1:
+        sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+        text += f" ± {sd:.{digits}f}"
+    return text
+
+
 def _fmt(value):
     return "" if value is None else f"{value:.2f}"
 
@@ -358,7 +450,9 @@ def main(argv=None):
     parser.add_argument("--updates", type=int, default=2000, help="updates per run (default 2000)")
     parser.add_argument("--validate-every", type=int, default=200, help="validate every N updates (default 200)")
     parser.add_argument("--max-tokens", type=int, default=2048, help="tokens per update (default 2048)")
-    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--seed", type=int, default=1, help="fairseq's --seed; other than 1: RUNS/CLAIM-seedN and OUT-seedN (default 1)"
+    )
     parser.add_argument("--jobs", type=int, default=1, help="runs trained at once, each with cores / JOBS threads")
     parser.add_argument(
         "--data-dir", default=str(REPO / "data" / "multi30k.de-en"), help="prepared Multi30k (prepared if missing)"
@@ -389,7 +483,8 @@ def main(argv=None):
     if unknown:
         parser.error(f"{args.claim} has no run(s) {sorted(unknown)}; see --list")
     args.data = args.data_dir
-    out = Path(args.out or claim_dir(args))
+    first = Path(args.out) if args.out else claim_dir(args, seed=1)  # seed 1's OUT; seed N's is FIRST-seedN
+    out = seed_path(first, args.seed)
 
     from fairseq_layernorm_plugins.prepare.multi30k import default_raw_dir, prepare
     from fairseq_layernorm_plugins.prepare.textio import DataError
@@ -437,6 +532,9 @@ def main(argv=None):
             write_json(results, {"commands": commands, "budget": budget(args), "runs": list(done.values())})
     print(render(args.claim, list(done.values()), commands, out, unigram_bits(args.data_dir)))
     print(f"wrote {out}.md, .png, .json ({(time.time() - start) / 60:.1f} min for {len(todo)} runs)")
+    seeds = render_seeds(args.claim, first)
+    if seeds:
+        print(f"{seeds}\nwrote {first}-seeds.md, .png")
 
 
 if __name__ == "__main__":

@@ -84,6 +84,71 @@ def test_toy_claim_end_to_end(tmp_path, monkeypatch, capsys):
     with pytest.raises(SystemExit, match="holds runs made with"):
         claims.main([a if a != "4" else "6" for a in args])
 
+    seed1_spec = (out / "preln_no_warm-up" / "spec.json").read_text()
+    claims.main([*args, "--runs-only", "preln no warm-up", "--seed", "2"])  # its own directory and OUT-seed2
+    assert (out / "preln_no_warm-up" / "spec.json").read_text() == seed1_spec  # seed 1's run untouched
+    assert (
+        json.loads((tmp_path / "runs" / "toy-seed2" / "preln_no_warm-up" / "spec.json").read_text())["budget"]["seed"]
+        == 2
+    )
+    assert json.loads((tmp_path / "runs" / "toy-seed2.json").read_text())["budget"]["seed"] == 2
+    assert "| preln no warm-up | 1, 2 |" in (tmp_path / "runs" / "toy-seeds.md").read_text()
+
+
+def seed_record(label, method, test_bleu, nll):
+    return {"label": label, "method": method, "test_bleu": test_bleu, "valid": [{"update": 4, "nll": nll, "bleu": 1.0}]}
+
+
+def test_seeds_are_compared_run_by_run_and_paired_by_seed(tmp_path, monkeypatch):
+    monkeypatch.setitem(claims.CLAIMS, "toy", TOY)
+    first = tmp_path / "toy"
+    args = argparse.Namespace(claim="toy", seed=3, runs=str(tmp_path), init_style=None)
+    assert claims.claim_dir(args) == tmp_path / "toy-seed3" and claims.claim_dir(args, seed=1) == first
+    assert claims.seed_path(first, 1) == first and claims.seed_path(first, 3) == tmp_path / "toy-seed3"
+
+    def results(name, seed, *runs):
+        (tmp_path / f"{name}.json").write_text(json.dumps({"budget": {"seed": seed}, "runs": list(runs)}))
+
+    results(
+        "toy",
+        1,
+        seed_record("postln warm-up", "postln", 27.0, 4.0),
+        seed_record("preln no warm-up", "preln", 30.0, 3.5),
+    )
+    assert claims.render_seeds("toy", first) is None and not (tmp_path / "toy-seeds.md").exists()  # one seed
+    results(
+        "toy-seed2",
+        2,
+        seed_record("postln warm-up", "postln", 28.0, 4.0),
+        seed_record("preln no warm-up", "preln", 31.0, 3.0),
+    )
+    results(
+        "toy-seed3",
+        3,
+        seed_record("postln warm-up", "postln", 29.0, 4.0),
+        seed_record("preln no warm-up", "preln", 29.0, 4.0),
+    )
+    results(
+        "toy-init-paper", 7, seed_record("preln no warm-up", "preln", 0.0, 9.0)
+    )  # another claim directory: not a seed
+    markdown = claims.render_seeds("toy", first)
+    assert markdown == (tmp_path / "toy-seeds.md").read_text().rstrip("\n")
+    rows = {line.split(" | ")[0][2:]: line.split(" | ")[1:] for line in markdown.splitlines() if line.startswith("| p")}
+    assert rows["postln warm-up"] == [
+        "1, 2, 3",
+        "27.00, 28.00, 29.00",
+        "28.00 ± 1.00",
+        "4.000 ± 0.000",
+        "1.00 ± 0.00",
+        "",
+        " |",
+    ]
+    # preln minus postln, paired by seed: +3, +3, 0
+    assert rows["preln no warm-up"][:2] == ["1, 2, 3", "30.00, 31.00, 29.00"]
+    assert rows["preln no warm-up"][3] == "3.500 ± 0.500"
+    assert rows["preln no warm-up"][5:] == ["+3.00, +3.00, +0.00", "+2.00 ± 1.73 |"]
+    assert (tmp_path / "toy-seeds.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
 
 def test_init_style_option_overrides_the_claims_initialisation_and_has_its_own_run_directory(tmp_path):
     """The claim's own model options reach every run; --init-style replaces its init_style only."""
