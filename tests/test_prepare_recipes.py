@@ -4,7 +4,10 @@ error, no output directory)."""
 
 import re
 import shutil
+import subprocess
+import sys
 import tarfile
+import time
 
 import pytest
 from conftest import PLUGIN_DIR, TINY_MODEL, json_records, run_cli, shared_data
@@ -12,6 +15,7 @@ from helpers.corpora import build_iwslt14_archive, xml_to_train_tags
 
 from fairseq_layernorm_plugins.prepare import iwslt14, wmt14, wmt14_mini
 from fairseq_layernorm_plugins.prepare.moses import xml_segments
+from fairseq_layernorm_plugins.prepare.steps import exclusive
 from fairseq_layernorm_plugins.prepare.textio import DataError, read_lines
 
 
@@ -98,6 +102,30 @@ def test_interrupted_run_resumes_and_force_redoes(iwslt_archive, tmp_path, monke
     assert calls == [] and again == first
     iwslt14.prepare(out, archive=iwslt_archive, merges=500, force=True)
     assert calls == ["tokenize"]
+
+
+def test_a_second_process_preparing_the_same_directory_waits_for_the_first(iwslt_archive, tmp_path):
+    """Two commands started together (two claims.py seeds) once raced over OUT.work and one
+    crashed; now the later waits on OUT.lock and then finds what it needs."""
+    out = tmp_path / "iwslt14"
+    script = (
+        "import logging, sys; logging.basicConfig(level=logging.INFO)\n"
+        "from fairseq_layernorm_plugins.prepare import iwslt14\n"
+        "iwslt14.prepare(sys.argv[1], archive=sys.argv[2], merges=500)"
+    )
+    with exclusive(tmp_path / "iwslt14.lock"):  # this process is "the first"
+        with exclusive(tmp_path / "iwslt14.lock"):  # re-entrant: nested preparations share the lock
+            pass
+        child = subprocess.Popen(
+            [sys.executable, "-c", script, str(out), str(iwslt_archive)], stderr=subprocess.PIPE, text=True
+        )
+        waiting = child.stderr.readline()
+        assert "another process is preparing this data; waiting for it" in waiting, waiting
+        time.sleep(1)
+        assert child.poll() is None and not out.exists()  # blocked until the lock is released
+    _, err = child.communicate(timeout=600)
+    assert child.returncode == 0, err
+    assert (out / "stamp.json").is_file()
 
 
 def _raw_dir(tmp_path, iwslt_archive):

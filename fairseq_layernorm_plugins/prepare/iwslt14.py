@@ -33,7 +33,7 @@ from fairseq_layernorm_plugins.prepare.moses import (
     xml_segments,
 )
 from fairseq_layernorm_plugins.prepare.parallel import Compose, map_lines
-from fairseq_layernorm_plugins.prepare.steps import Steps
+from fairseq_layernorm_plugins.prepare.steps import Steps, one_at_a_time
 from fairseq_layernorm_plugins.prepare.subwords import ApplyBPE, learn_joint_bpe
 from fairseq_layernorm_plugins.prepare.textio import DataError, aligned, read_lines, read_parallel, write_lines
 
@@ -142,6 +142,7 @@ def locate_raw(steps, archive, raw_dir, download_dir):
     return unpacked.path / "de-en", [unpacked]
 
 
+@one_at_a_time
 def prepare(
     out_dir,
     archive=None,

@@ -26,7 +26,7 @@ from pathlib import Path
 from fairseq_layernorm_plugins.prepare.cli import add_common_args, run_cli
 from fairseq_layernorm_plugins.prepare.dataset import evenly_spaced
 from fairseq_layernorm_plugins.prepare.fetch import download, verify
-from fairseq_layernorm_plugins.prepare.steps import Steps
+from fairseq_layernorm_plugins.prepare.steps import Steps, one_at_a_time
 from fairseq_layernorm_plugins.prepare.textio import DataError
 from fairseq_layernorm_plugins.prepare.wmt14 import Sources
 from fairseq_layernorm_plugins.prepare.wmt14 import prepare as prepare_wmt
@@ -92,6 +92,7 @@ def gunzip(files, subsets, out):
         (out / name.removesuffix(".gz")).write_bytes(b"".join(evenly_spaced(lines, subsets.get(name))))
 
 
+@one_at_a_time
 def prepare(
     out_dir,
     raw_dir=None,

@@ -1,7 +1,11 @@
 """Resumable preparation: each step writes its own directory atomically with a stamp
 (a hash of its inputs' checksums and its options); a re-run skips every step whose
-stamp still matches, ``force=True`` redoes them all."""
+stamp still matches, ``force=True`` redoes them all. Preparations of one output
+directory run one at a time (:func:`one_at_a_time`), also from separate processes."""
 
+import contextlib
+import fcntl
+import functools
 import hashlib
 import json
 import logging
@@ -15,6 +19,47 @@ from fairseq_layernorm_plugins.prepare.textio import DataError
 
 logger = logging.getLogger(__name__)
 STAMP = ".stamp"
+_held = {}  # lock file -> how deep this process holds it
+
+
+@contextlib.contextmanager
+def exclusive(lock_file):
+    """Hold an exclusive lock on ``lock_file`` (created if missing) against every other
+    process; re-entrant within this process, so nested preparations share one lock."""
+    lock_file = Path(lock_file).resolve()
+    if lock_file in _held:
+        _held[lock_file] += 1
+        try:
+            yield
+        finally:
+            _held[lock_file] -= 1
+        return
+    lock_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_file, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            logger.info("%s: another process is preparing this data; waiting for it", lock_file)
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        _held[lock_file] = 1
+        try:
+            yield
+        finally:
+            del _held[lock_file]
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def one_at_a_time(prepare):
+    """Decorate a ``prepare(out_dir, ...)``: calls for the same ``out_dir`` (two training
+    commands started together) run one after the other, holding OUT_DIR.lock, instead of
+    racing over the shared OUT_DIR.work; the later one finds the data up to date."""
+
+    @functools.wraps(prepare)
+    def locked(out_dir, *args, **kwargs):
+        with exclusive(Path(out_dir).with_name(Path(out_dir).name + ".lock")):
+            return prepare(out_dir, *args, **kwargs)
+
+    return locked
 
 
 def file_checksum(path):

@@ -45,7 +45,7 @@ from fairseq_layernorm_plugins.prepare.moses import (
     xml_segments,
 )
 from fairseq_layernorm_plugins.prepare.parallel import Compose, map_lines
-from fairseq_layernorm_plugins.prepare.steps import Steps
+from fairseq_layernorm_plugins.prepare.steps import Steps, one_at_a_time
 from fairseq_layernorm_plugins.prepare.subwords import (
     ApplyBPE,
     ApplySentencePiece,
@@ -241,6 +241,7 @@ def segment(tok_dir, src, tgt, merges, sentencepiece, workers, extra, out):
         write_lines(out / f"{split}.{lang}", lines)
 
 
+@one_at_a_time
 def prepare(
     out_dir,
     sources=None,

@@ -17,7 +17,7 @@ from sacremoses import MosesDetokenizer
 
 from fairseq_layernorm_plugins.prepare.cli import run_cli
 from fairseq_layernorm_plugins.prepare.parallel import map_lines
-from fairseq_layernorm_plugins.prepare.steps import Steps
+from fairseq_layernorm_plugins.prepare.steps import Steps, one_at_a_time
 from fairseq_layernorm_plugins.prepare.textio import read_lines, write_lines
 from fairseq_layernorm_plugins.prepare.wmt14 import Sources, add_wmt_args
 from fairseq_layernorm_plugins.prepare.wmt14 import prepare as prepare_wmt
@@ -55,6 +55,7 @@ def detokenize_opennmt(shared, workers, out):
         )
 
 
+@one_at_a_time
 def prepare(out_dir, shared_data, src="en", tgt="de", merges=8000, workers=2, force=False, **kwargs):
     shared = Path(shared_data)
     out_dir = Path(out_dir)
