@@ -104,6 +104,26 @@ def test_interrupted_run_resumes_and_force_redoes(iwslt_archive, tmp_path, monke
     assert calls == ["tokenize"]
 
 
+def test_an_up_to_date_directory_builds_nothing_although_its_work_dir_is_gone(iwslt_archive, tmp_path, monkeypatch):
+    """Every claims.py / main_job.py call prepares its data again: with the work directory
+    removed after the first preparation, the steps' keys alone must tell that the output
+    is current, and a changed option must still rebuild."""
+    out, work = tmp_path / "iwslt14", tmp_path / "iwslt14.work"
+    built = []
+    for name in ("extract", "tokenize", "apply_bpe"):
+        real = getattr(iwslt14, name)
+        monkeypatch.setattr(iwslt14, name, lambda *a, _name=name, _real=real: built.append(_name) or _real(*a))
+    first = iwslt14.prepare(out, archive=iwslt_archive, merges=500)
+    assert built == ["extract", "tokenize", "apply_bpe"] and not work.exists()
+
+    built.clear()
+    assert iwslt14.prepare(out, archive=iwslt_archive, merges=500) == first
+    assert built == [] and not work.exists()
+
+    changed = iwslt14.prepare(out, archive=iwslt_archive, merges=400)
+    assert built == ["extract", "tokenize", "apply_bpe"] and changed["merges"] == 400 != first["merges"]
+
+
 def test_a_second_process_preparing_the_same_directory_waits_for_the_first(iwslt_archive, tmp_path):
     """Two commands started together (two claims.py seeds) once raced over OUT.work and one
     crashed; now the later waits on OUT.lock and then finds what it needs."""

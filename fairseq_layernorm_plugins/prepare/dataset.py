@@ -41,6 +41,13 @@ def test_splits(splits):
     return sorted((name for name in splits if name.startswith("test")), key=lambda name: int(name[4:] or 0))
 
 
+def current_stamp(out_dir, key):
+    """The stamp of ``out_dir`` if it was written from ``key`` (up to date), else None."""
+    stamp = Path(out_dir) / "stamp.json"
+    content = json.loads(stamp.read_text()) if stamp.is_file() else {}
+    return content if content.get("key") == key else None
+
+
 def write_dataset(
     out_dir, key, splits, references, src, tgt, joined=False, workers=2, extra_files=(), summary=None, force=False
 ):
@@ -50,10 +57,9 @@ def write_dataset(
     {"test.tok": [(src, tgt)], "test.raw": [...], ...}; extra_files: paths copied in
     (the BPE codes, a SentencePiece model). Returns the stamp's content."""
     out_dir = Path(out_dir)
-    stamp = out_dir / "stamp.json"
-    if not force and stamp.is_file() and json.loads(stamp.read_text()).get("key") == key:
+    if not force and (stamp := current_stamp(out_dir, key)):
         logger.info("%s: up to date, skipped", out_dir)
-        return json.loads(stamp.read_text())
+        return stamp
     content = {
         "key": key,
         "src": src,

@@ -22,7 +22,7 @@ import logging
 from pathlib import Path
 
 from fairseq_layernorm_plugins.prepare.cli import add_common_args, run_cli
-from fairseq_layernorm_plugins.prepare.dataset import subsample, write_dataset
+from fairseq_layernorm_plugins.prepare.dataset import current_stamp, subsample, write_dataset
 from fairseq_layernorm_plugins.prepare.fetch import download, extract
 from fairseq_layernorm_plugins.prepare.moses import (
     CleanCorpus,
@@ -172,29 +172,33 @@ def prepare(
         options=merges,
     )
 
-    splits = {
-        split: read_parallel(bpe.path / f"{split}.{src}", bpe.path / f"{split}.{tgt}")
-        for split in ("train", "valid", "test")
-    }
-    splits["train"] = subsample(splits["train"], train_pairs, seed)
-    references = {
-        name: read_parallel(tok.path / f"{name}.{src}", tok.path / f"{name}.{tgt}") for name in ("test", "test.raw")
-    }
-    references["test.tok"] = references.pop("test")
     options = {"recipe": "iwslt14", "merges": merges, "train_pairs": train_pairs, "seed": seed}
-    stamp = write_dataset(
-        out_dir,
-        Steps.key("dataset", [bpe], [options, joined]),
-        splits,
-        references,
-        src,
-        tgt,
-        joined,
-        workers,
-        extra_files=[bpe.path / "code"],
-        summary=options,
-        force=force,
-    )
+    key = Steps.key("dataset", [bpe], [options, joined])
+    stamp = None if force else current_stamp(out_dir, key)
+    if stamp is None:
+        tok.ready(), bpe.ready()
+        splits = {
+            split: read_parallel(bpe.path / f"{split}.{src}", bpe.path / f"{split}.{tgt}")
+            for split in ("train", "valid", "test")
+        }
+        splits["train"] = subsample(splits["train"], train_pairs, seed)
+        references = {
+            name: read_parallel(tok.path / f"{name}.{src}", tok.path / f"{name}.{tgt}") for name in ("test", "test.raw")
+        }
+        references["test.tok"] = references.pop("test")
+        stamp = write_dataset(
+            out_dir,
+            key,
+            splits,
+            references,
+            src,
+            tgt,
+            joined,
+            workers,
+            extra_files=[bpe.path / "code"],
+            summary=options,
+            force=force,
+        )
     if not keep_work:
         steps.clean()
     return stamp

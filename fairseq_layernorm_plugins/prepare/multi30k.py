@@ -119,7 +119,8 @@ def prepare(
     subsets = {f"{test}.{lang}.gz": test_lines for lang in (src, tgt)} if test_lines else {}
     raw = steps.run("gunzip", functools.partial(gunzip, files, subsets), inputs=list(files.values()), options=subsets)
     sources = Sources(
-        **{split: [{lang: raw.path / f"{prefix}.{lang}" for lang in (src, tgt)}] for split, prefix in splits.items()}
+        **{split: [{lang: raw.path / f"{prefix}.{lang}" for lang in (src, tgt)}] for split, prefix in splits.items()},
+        keyed_by=[raw],
     )
     return prepare_wmt(
         out_dir,

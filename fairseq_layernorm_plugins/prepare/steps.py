@@ -1,7 +1,11 @@
 """Resumable preparation: each step writes its own directory atomically with a stamp
-(a hash of its inputs' checksums and its options); a re-run skips every step whose
-stamp still matches, ``force=True`` redoes them all. Preparations of one output
-directory run one at a time (:func:`one_at_a_time`), also from separate processes."""
+(a hash of its inputs' keys and its options). Steps are built lazily: a step's key is
+known from its inputs' keys before anything runs, so a recipe first compares the key of
+its output with the output's stamp and, when they match, builds nothing, even after
+its work directory was removed; otherwise :meth:`Step.ready` builds what the output
+reads, skipping every step whose stamp still matches (an interrupted run resumes).
+``force=True`` redoes them all. Preparations of one output directory run one at a time
+(:func:`one_at_a_time`), also from separate processes."""
 
 import contextlib
 import fcntl
@@ -11,7 +15,6 @@ import json
 import logging
 import shutil
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from fairseq_layernorm_plugins.atomic import atomic_directory
@@ -73,18 +76,35 @@ def file_checksum(path):
     return digest.hexdigest()
 
 
-@dataclass(frozen=True)
-class Done:
-    """A finished step: its directory and the key that stamps it."""
+class Step:
+    """One step: the directory it writes (``path``) and the key that stamps it. Nothing is
+    built until :meth:`ready`; a step whose stamp already held its key has nothing to build."""
 
-    path: Path
-    key: str
+    def __init__(self, path, key, build=None, inputs=()):
+        self.path, self.key = Path(path), key
+        self._build, self._inputs = build, inputs
+
+    def ready(self):
+        """Build this step, after the steps it reads, unless it is built; returns ``path``."""
+        if self._build is not None:
+            for item in self._inputs:
+                if isinstance(item, Step):
+                    item.ready()
+            logger.info("%s ...", self.path.name)
+            start = time.perf_counter()
+            with atomic_directory(self.path) as tmp:
+                self._build(tmp)
+                (tmp / STAMP).write_text(self.key)
+            logger.info("%s: done in %.1f s", self.path.name, time.perf_counter() - start)
+            self._build = None
+        return self.path
 
 
 class Steps:
-    """``steps.run(name, build, inputs=..., options=...)`` runs ``build(tmp_dir)`` into
-    ``work_dir/name`` unless that directory's stamp already equals the key of
-    (name, input keys, options). Inputs are earlier ``Done`` steps or files."""
+    """``steps.run(name, build, inputs=..., options=...)`` is the step that writes
+    ``work_dir/name`` with ``build(tmp_dir)``, keyed by (name, input keys, options); its
+    stamp is compared now, the build waits for :meth:`Step.ready`. Inputs are earlier
+    steps or files."""
 
     def __init__(self, work_dir, force=False):
         self.work_dir = Path(work_dir)
@@ -92,7 +112,7 @@ class Steps:
 
     @staticmethod
     def key(name, inputs=(), options=None):
-        parts = [item.key if isinstance(item, Done) else file_checksum(item) for item in inputs]
+        parts = [item.key if isinstance(item, Step) else file_checksum(item) for item in inputs]
         blob = json.dumps([name, parts, options], sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()
 
@@ -102,14 +122,8 @@ class Steps:
         stamp = out / STAMP
         if not self.force and stamp.is_file() and stamp.read_text() == key:
             logger.info("%s: up to date, skipped", name)
-            return Done(out, key)
-        logger.info("%s ...", name)
-        start = time.perf_counter()
-        with atomic_directory(out) as tmp:
-            build(tmp)
-            (tmp / STAMP).write_text(key)
-        logger.info("%s: done in %.1f s", name, time.perf_counter() - start)
-        return Done(out, key)
+            return Step(out, key)
+        return Step(out, key, build, inputs)
 
     def clean(self):
         shutil.rmtree(self.work_dir, ignore_errors=True)

@@ -35,7 +35,7 @@ from pathlib import Path
 import sacrebleu
 
 from fairseq_layernorm_plugins.prepare.cli import add_common_args, run_cli
-from fairseq_layernorm_plugins.prepare.dataset import subsample, write_dataset
+from fairseq_layernorm_plugins.prepare.dataset import current_stamp, subsample, write_dataset
 from fairseq_layernorm_plugins.prepare.fetch import download, extract
 from fairseq_layernorm_plugins.prepare.moses import (
     CleanCorpus,
@@ -102,10 +102,14 @@ class Sources:
     valid: list = field(default_factory=list)
     test: list = field(default_factory=list)
     extra: dict = field(default_factory=dict)  # further test sets: {name: {lang: path}}
+    keyed_by: list = None  # what keys the text (steps that write it, files); default: its files
 
     def files(self):
         pairs = [pair for split in (self.train, self.valid, self.test) for pair in split] + list(self.extra.values())
         return [path for pair in pairs for path in pair.values()]
+
+    def keys(self):
+        return self.keyed_by if self.keyed_by is not None else self.files()
 
 
 def read_text(path):
@@ -270,7 +274,7 @@ def prepare(
     if sources is None:
         sources, inputs = standard_sources(steps, src, tgt, archive_dir, download_dir)
     else:
-        inputs = sources.files()
+        inputs = sources.keys()
     extra_tests = [name for name in extra_tests if name != test_name]
     sources.extra, extra_inputs = extra_test_sources(
         extra_tests, src, tgt, extra_test_dirs, steps, archive_dir, download_dir
@@ -292,21 +296,6 @@ def prepare(
     )
 
     tests = ["test", *extra]
-    splits = {
-        split: read_parallel(seg.path / f"{split}.{src}", seg.path / f"{split}.{tgt}")
-        for split in ("train", "valid", *tests)
-    }
-    splits["train"] = subsample(splits["train"], train_pairs, seed)
-    references = {
-        f"{split}.raw": read_parallel(tok.path / f"{split}.raw.{src}", tok.path / f"{split}.raw.{tgt}")
-        for split in ("valid", *tests)
-    }
-    references.update(
-        {
-            f"{split}.tok": read_parallel(tok.path / f"{split}.tok.{src}", tok.path / f"{split}.tok.{tgt}")
-            for split in tests
-        }
-    )
     options = {
         "recipe": recipe,
         "merges": None if sentencepiece else merges,
@@ -315,20 +304,39 @@ def prepare(
         "seed": seed,
         "test_sets": {test_name: "test", **{name: split for split, name in extra.items()}},
     }
-    model_files = [seg.path / "spm.model"] if sentencepiece else [seg.path / "code"]
-    stamp = write_dataset(
-        out_dir,
-        Steps.key("dataset", [seg], [options, joined]),
-        splits,
-        references,
-        src,
-        tgt,
-        joined,
-        workers,
-        extra_files=model_files,
-        summary=options,
-        force=force,
-    )
+    key = Steps.key("dataset", [seg], [options, joined])
+    stamp = None if force else current_stamp(out_dir, key)
+    if stamp is None:
+        tok.ready(), seg.ready()
+        splits = {
+            split: read_parallel(seg.path / f"{split}.{src}", seg.path / f"{split}.{tgt}")
+            for split in ("train", "valid", *tests)
+        }
+        splits["train"] = subsample(splits["train"], train_pairs, seed)
+        references = {
+            f"{split}.raw": read_parallel(tok.path / f"{split}.raw.{src}", tok.path / f"{split}.raw.{tgt}")
+            for split in ("valid", *tests)
+        }
+        references.update(
+            {
+                f"{split}.tok": read_parallel(tok.path / f"{split}.tok.{src}", tok.path / f"{split}.tok.{tgt}")
+                for split in tests
+            }
+        )
+        model_files = [seg.path / "spm.model"] if sentencepiece else [seg.path / "code"]
+        stamp = write_dataset(
+            out_dir,
+            key,
+            splits,
+            references,
+            src,
+            tgt,
+            joined,
+            workers,
+            extra_files=model_files,
+            summary=options,
+            force=force,
+        )
     if not keep_work:
         steps.clean()
     return stamp

@@ -77,6 +77,7 @@ def prepare(out_dir, shared_data, src="en", tgt="de", merges=8000, workers=2, fo
             }
         ],
     )
+    sources.keyed_by = [opennmt, *(path for path in sources.files() if opennmt.path not in path.parents)]
     return prepare_wmt(
         out_dir, sources, src=src, tgt=tgt, merges=merges, workers=workers, force=force, recipe="wmt14-mini", **kwargs
     )
