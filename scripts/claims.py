@@ -23,7 +23,9 @@ below the unigram entropy of the training targets, otherwise "trained".
 Writes OUT.json (per run: spec, status, validation curve, final numbers), OUT.md (table and
 command) and OUT.png (validation BLEU and loss against updates). Resumable: finished runs are
 kept in OUT.json, an interrupted run resumes from its checkpoint_last.pt, and a run whose
-spec (or the budget) changed is trained again from scratch.
+spec (or the budget) changed is trained again from scratch, except that a run given more
+``--updates`` (with another ``--out``: OUT.json keeps one budget) goes on from where it ended,
+the schedule being the same for any budget.
 
 Seeds: ``--seed N`` (N != 1) trains in RUNS/CLAIM-seedN and writes OUT-seedN.*; once runs lie
 under two or more seeds, OUT-seeds.md and .png compare them (mean ± sd, differences paired by seed):
@@ -196,6 +198,25 @@ def run_spec(claim, run, args):
     return recipe, {"run": asdict(run), "claim": args.claim, "budget": budget(args), "fairseq": recipe.fairseq}
 
 
+def extends(previous, spec):
+    """Whether ``spec`` is ``previous`` trained for more updates: the same run in all else, under a
+    schedule that does not depend on the budget (inverse_sqrt), so that resuming the shorter run
+    trains the longer one."""
+
+    def without_updates(s):
+        return {
+            **s,
+            "budget": {**s["budget"], "updates": None},
+            "fairseq": {**s["fairseq"], "optimization": {**s["fairseq"]["optimization"], "max_update": None}},
+        }
+
+    return (
+        spec["budget"]["updates"] > previous["budget"]["updates"]
+        and spec["fairseq"]["lr_scheduler"]["_name"] == "inverse_sqrt"
+        and without_updates(previous) == without_updates(spec)
+    )
+
+
 def eval_bleu_flags(every):
     """fairseq-train flags for validation every ``every`` updates with greedy, detokenised, cased
     SacreBLEU on the validation set (the data is SentencePiece over untokenised text)."""
@@ -227,7 +248,14 @@ def train_run(claim, run, args):
     recipe, spec = run_spec(claim, run, args)
     run_dir = claim_dir(args) / run.key
     spec_file = run_dir / "spec.json"
-    if spec_file.exists() and json.loads(spec_file.read_text()) != spec:
+    previous = json.loads(spec_file.read_text()) if spec_file.exists() else spec
+    if previous != spec and extends(previous, spec) and (run_dir / "checkpoints" / "checkpoint_last.pt").exists():
+        print(
+            f"[{run.label}] budget extended from {previous['budget']['updates']} to {args.updates} updates: "
+            "resuming from its last checkpoint",
+            flush=True,
+        )
+    elif previous != spec:
         print(f"[{run.label}] spec changed: training again from scratch", flush=True)
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)

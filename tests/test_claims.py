@@ -84,6 +84,22 @@ def test_toy_claim_end_to_end(tmp_path, monkeypatch, capsys):
     with pytest.raises(SystemExit, match="holds runs made with"):
         claims.main([a if a != "4" else "6" for a in args])
 
+    # more updates, same schedule: the run goes on from update 4 instead of starting again
+    longer = [a if a != "4" else "6" for a in args] + [
+        "--runs-only",
+        "preln no warm-up",
+        "--out",
+        str(tmp_path / "long"),
+    ]
+    claims.main(longer)
+    printed = capsys.readouterr().out
+    assert "[preln no warm-up] budget extended from 4 to 6 updates: resuming from its last checkpoint" in printed
+    assert "spec changed" not in printed
+    extended = json.loads((tmp_path / "long.json").read_text())["runs"][0]
+    assert [v["update"] for v in extended["valid"]] == [2, 4, 6]
+    assert extended["valid"][:2] == result["runs"][0]["valid"]  # the first 4 updates were not trained again
+    assert "checkpoint_last.pt (epoch 1 @ 4 updates)" in (out / "preln_no_warm-up" / "train.log").read_text()
+
     seed1_spec = (out / "preln_no_warm-up" / "spec.json").read_text()
     claims.main([*args, "--runs-only", "preln no warm-up", "--seed", "2"])  # its own directory and OUT-seed2
     assert (out / "preln_no_warm-up" / "spec.json").read_text() == seed1_spec  # seed 1's run untouched

@@ -231,6 +231,26 @@ def test_log_curves_place_a_validation_between_logged_updates(tmp_path):
     assert curves["end"] == {"update": 610, "wall": 212.0}
 
 
+def test_log_curves_of_a_resumed_run_keep_the_second_telling_of_the_rerun_stretch(tmp_path):
+    """A run stopped at update 75 after checkpointing at 50 logs 75 twice, and a validation
+    at 75 from the lost stretch: the curves hold each update once, from the resumed run."""
+    inner = (
+        '2026 | INFO | train_inner | {{"epoch": 1, "update": {e}, "loss": "{l}", "num_updates": "{u}", "wall": "{w}"}}'
+    )
+    valid = (
+        '2026 | INFO | valid | {{"epoch": 1, "valid_loss": "{l}", "valid_nll_loss": "{l}", "valid_num_updates": "{u}"}}'
+    )
+    lines = [inner.format(e=u / 100, l=9.0, u=u, w=u) for u in (25, 50)]
+    lines += [valid.format(l=8.0, u=50), inner.format(e=0.75, l=7.0, u=75, w=75), valid.format(l=6.5, u=75)]
+    lines += [inner.format(e=0.75, l=6.0, u=75, w=0), inner.format(e=1.0, l=5.0, u=100, w=0)]  # resumed at 50
+    lines.append(valid.format(l=5.5, u=100))
+    (tmp_path / "train.log").write_text("\n".join(lines) + "\n")
+    curves = read_log_curves(tmp_path / "train.log")
+    assert [(p["update"], p["loss"]) for p in curves["train"]] == [(25, 9.0), (50, 9.0), (75, 6.0), (100, 5.0)]
+    assert [(v["update"], v["loss"]) for v in curves["valid"]] == [(50, 8.0), (100, 5.5)]
+    assert curves["end"]["update"] == 100
+
+
 RANK_WORKER = """
 import sys
 from fairseq_layernorm_plugins.recipes.launch import Launch, train

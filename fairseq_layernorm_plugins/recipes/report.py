@@ -140,7 +140,9 @@ def read_log_curves(log_path):
     "end": {"update", "wall"}} from a fairseq json log; "epoch" is fractional (fairseq's progress
     within the epoch), so validations every N updates fall where they happened; "end" is the
     last update and wall-clock second logged (``train_inner`` or end-of-epoch ``train``); "wps" (target
-    words per second) and "loss_scale" (``--fp16`` only) are None where fairseq logged none."""
+    words per second) and "loss_scale" (``--fp16`` only) are None where fairseq logged none.
+    A log that a resumed run appended to holds the stretch after the last checkpoint twice: the
+    second telling replaces the first (a train_inner at update U drops what was logged from U on)."""
     curves = {"train": [], "valid": [], "end": {"update": 0, "wall": 0.0}}
     epoch_at = {}
     for kind, record in filter(None, map(log_record, Path(log_path).read_text(errors="replace").splitlines())):
@@ -148,6 +150,9 @@ def read_log_curves(log_path):
             inner = kind == "train_inner"
             prefix = "" if inner else "train_"
             update, wall = int(record[f"{prefix}num_updates"]), float(record[f"{prefix}wall"])
+            if inner and curves["train"] and update <= curves["train"][-1]["update"]:  # resumed: the rerun stretch
+                for name in ("train", "valid"):
+                    curves[name] = [r for r in curves[name] if r["update"] < update]
             curves["end"] = {"update": max(update, curves["end"]["update"]), "wall": max(wall, curves["end"]["wall"])}
             if inner:
                 epoch_at[update] = float(record["update"])  # fairseq logs epoch - 1 + progress here
