@@ -34,6 +34,17 @@ def build(data_bin, arch, *overrides, seed=1):
     return model, task.build_criterion(args), task
 
 
+def load(data_bin, checkpoint):
+    """(model, criterion, task) of a trained ``checkpoint`` on CPU: its own options and weights
+    (Admin's omega included, not profiled again), the data at ``data_bin``."""
+    from fairseq import checkpoint_utils
+
+    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
+        [str(checkpoint)], arg_overrides={"data": str(data_bin)}
+    )
+    return models[0].float(), task.build_criterion(cfg.criterion), task
+
+
 def sample_batch(task, split="valid", sentences=32):
     """The first ``sentences`` pairs of ``split``, collated as fairseq does."""
     task.load_dataset(split)

@@ -1,15 +1,20 @@
 #!/usr/bin/env python
-"""The papers' diagnostics at initialisation for several archs and depths, on real
-batches of a data-bin (see fairseq_layernorm_plugins/diagnostics.py), as JSON + PNG:
+"""The papers' diagnostics at initialisation for several archs and depths, and of trained
+checkpoints, on real batches of a data-bin (see fairseq_layernorm_plugins/diagnostics.py),
+as JSON + PNG:
 
     python scripts/diagnose.py data/iwslt14-mini/bin --out docs/diagnostics \\
         --archs transformer_postln_iwslt_de_en transformer_preln_iwslt_de_en transformer_admin_iwslt_de_en \\
         --depths 2 6 12 24 -- --encoder-embed-dim 64 --decoder-embed-dim 64 ...
+    python scripts/diagnose.py data/multi30k.de-en/bin --out runs/diag-trained \\
+        --checkpoints admin=runs/claims/admin/admin_radam/checkpoints/checkpoint_last.pt \\
+        preln=runs/claims/admin/preln_radam/checkpoints/checkpoint_last.pt
 
 OUT/diagnostics.json, OUT/grad_norms.png (FFN fc2 gradient norm per layer, deepest
 model), OUT/output_change.png (vs depth: one Adam update and random perturbation),
 OUT/dependency.png (beta_ii per sub-layer, deepest model), OUT/cosine.png (layer-output
-cosine similarity, deepest model). Arguments after ``--`` go to every model (fairseq flags).
+cosine similarity, deepest model). Arguments after ``--`` go to every model built at
+initialisation (fairseq flags); a checkpoint keeps the options it was trained with.
 """
 
 import argparse
@@ -17,33 +22,51 @@ import sys
 from pathlib import Path
 
 
-def measure(data_bin, archs, depths, model_args, sentences, seed, lr):
+def diagnose(model, criterion, sample, seed, lr):
+    """Every diagnostic of ``model`` on ``sample`` (see fairseq_layernorm_plugins/diagnostics.py)."""
+    from fairseq_layernorm_plugins import diagnostics as D
+
+    norms = D.grad_norms(model, criterion, sample)
+    return {
+        "ffn_grad_norm": {stack: D.ffn_grad_norms(norms, stack) for stack in ("encoder", "decoder")},
+        "output_change_adam": D.output_change(model, criterion, sample, "adam", lr=lr),
+        "output_change_adam_relative": D.output_change(model, criterion, sample, "adam", lr=lr, relative=True),
+        "output_change_random": D.output_change(model, criterion, sample, "random", seed=seed),
+        "dependency": D.dependency(model, sample),
+        "cosine": D.layer_cosine(model, sample),
+    }
+
+
+def measure(data_bin, archs, depths, model_args, sentences, seed, lr, checkpoints=()):
+    """{name: {depth: diagnostics}}: each arch at each depth at initialisation, and each
+    (label, path) of ``checkpoints`` as trained (its depth from its own options)."""
     import fairseq_layernorm_plugins  # noqa: F401  (registers the archs)
     from fairseq_layernorm_plugins import diagnostics as D
 
+    def built(arch, depth):
+        model, criterion, task = D.build(
+            data_bin, arch, *model_args, "--encoder-layers", depth, "--decoder-layers", depth, seed=seed
+        )
+        sample = D.sample_batch(task, sentences=sentences)
+        D.prepare_model(model, sample)  # Admin: profiled on the batch, as fairseq-train would
+        return model, criterion, sample
+
+    def loaded(path):
+        model, criterion, task = D.load(data_bin, path)
+        return model, criterion, D.sample_batch(task, sentences=sentences)
+
+    jobs = [(arch, lambda a=arch, d=depth: built(a, d)) for arch in archs for depth in depths]
+    jobs += [(label, lambda p=path: loaded(p)) for label, path in checkpoints]
     results = {}
-    for arch in archs:
-        results[arch] = {}
-        for depth in depths:
-            model, criterion, task = D.build(
-                data_bin, arch, *model_args, "--encoder-layers", depth, "--decoder-layers", depth, seed=seed
-            )
-            sample = D.sample_batch(task, sentences=sentences)
-            D.prepare_model(model, sample)
-            norms = D.grad_norms(model, criterion, sample)
-            results[arch][depth] = {
-                "ffn_grad_norm": {stack: D.ffn_grad_norms(norms, stack) for stack in ("encoder", "decoder")},
-                "output_change_adam": D.output_change(model, criterion, sample, "adam", lr=lr),
-                "output_change_adam_relative": D.output_change(model, criterion, sample, "adam", lr=lr, relative=True),
-                "output_change_random": D.output_change(model, criterion, sample, "random", seed=seed),
-                "dependency": D.dependency(model, sample),
-                "cosine": D.layer_cosine(model, sample),
-            }
-            print(
-                f"{arch} {depth}L-{depth}L: output change (Adam) {results[arch][depth]['output_change_adam']:.3f}, "
-                f"decoder top fc2 grad norm {results[arch][depth]['ffn_grad_norm']['decoder'][-1]:.3f}",
-                flush=True,
-            )
+    for name, make in jobs:
+        model, criterion, sample = make()
+        depth = len(model.encoder.layers)
+        result = results.setdefault(name, {})[depth] = diagnose(model, criterion, sample, seed, lr)
+        print(
+            f"{name} {depth}L-{len(model.decoder.layers)}L: output change (Adam) {result['output_change_adam']:.3f}, "
+            f"decoder top fc2 grad norm {result['ffn_grad_norm']['decoder'][-1]:.3f}",
+            flush=True,
+        )
     return results
 
 
@@ -113,14 +136,28 @@ def parse(argv):
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("data_bin")
-    parser.add_argument("--archs", nargs="+", help="default: every registered method at IWSLT14 size")
+    parser.add_argument(
+        "--archs", nargs="+", help="default: every registered method at IWSLT14 size (none with --checkpoints)"
+    )
+    parser.add_argument(
+        "--checkpoints",
+        nargs="+",
+        default=[],
+        metavar="LABEL=PATH",
+        help="trained fairseq checkpoints to measure as they are (with their own options)",
+    )
     parser.add_argument("--depths", nargs="+", type=int, default=[2, 6, 12])
     parser.add_argument("--sentences", type=int, default=32, help="validation sentences in the batch (default 32)")
     parser.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate of the one-update output change")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
-    if not args.archs:
+    pairs = [item.partition("=") for item in args.checkpoints]
+    bad = [item for item, (label, sep, path) in zip(args.checkpoints, pairs) if not (label and sep and path)]
+    if bad:
+        parser.error(f"--checkpoints takes LABEL=PATH items, not {bad[0]!r}")
+    args.checkpoints = [(label, path) for label, _, path in pairs]
+    if not args.archs and not args.checkpoints:
         from fairseq_layernorm_plugins.methods import METHODS, method_names
 
         args.archs = [METHODS[name].arch("_iwslt_de_en") for name in method_names()]
@@ -132,7 +169,9 @@ def main(argv=None):
 
     args, model_args = parse(sys.argv[1:] if argv is None else argv)
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    results = measure(args.data_bin, args.archs, args.depths, model_args, args.sentences, args.seed, args.lr)
+    results = measure(
+        args.data_bin, args.archs or [], args.depths, model_args, args.sentences, args.seed, args.lr, args.checkpoints
+    )
     write_json(Path(args.out) / "diagnostics.json", {"command": " ".join(sys.argv), "results": results})
     plot(results, args.out)
     print(f"wrote {args.out}/diagnostics.json and grad_norms / output_change / dependency / cosine .png")

@@ -1,7 +1,9 @@
 """The diagnostics reproduce the papers' facts at initialisation on small models
 (same seed and shape for every arch), on real IWSLT14-mini batches."""
 
+import json
 import statistics
+import sys
 
 import pytest
 from conftest import shared_data
@@ -101,3 +103,39 @@ def test_dependency_restores_the_layers(mini_bin):
     D.dependency(model, sample)
     assert all("residual_connection" not in vars(layer) for layer in model.encoder.layers)
     assert (D.features(model, sample) == before).all()
+
+
+def test_a_trained_checkpoint_is_measured_with_its_own_weights_and_options(mini_bin, tmp_path):
+    """diagnose.py --checkpoints: an Admin checkpoint from fairseq-train loads with its
+    trained weights and profiled omega (not profiled again) and its own depth, and is
+    measured as a model built at initialisation is."""
+    import torch
+    from conftest import REPO, run_cli
+
+    sys.path.insert(0, str(REPO / "scripts"))
+    import diagnose
+
+    save = tmp_path / "ckpt"
+    run_cli(
+        "fairseq-train", mini_bin, "--user-dir", REPO / "fairseq_layernorm_plugins", "--arch",
+        "transformer_admin_iwslt_de_en", *SMALL, "--encoder-layers", "3", "--decoder-layers", "2", "--cpu",
+        "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "1000", "--max-update", "2", "--save-dir", save,
+        "--no-epoch-checkpoints", "--disable-validation",
+    )  # fmt: skip
+    state = torch.load(save / "checkpoint_last.pt", map_location="cpu", weights_only=False)["model"]
+    model, _, _ = D.load(mini_bin, save / "checkpoint_last.pt")
+    assert len(model.encoder.layers) == 3 and len(model.decoder.layers) == 2
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(tensor, state[name]), name
+    assert not torch.equal(state["encoder.layers.2.omega"], torch.ones_like(state["encoder.layers.2.omega"]))
+
+    out = tmp_path / "diag"
+    diagnose.main(
+        [str(mini_bin), "--out", str(out), "--sentences", "4", "--checkpoints", f"admin={save}/checkpoint_last.pt"]
+    )
+    results = json.loads((out / "diagnostics.json").read_text())["results"]
+    assert list(results) == ["admin"] and list(results["admin"]) == ["3"]
+    assert [len(v) for v in results["admin"]["3"]["dependency"].values()] == [6, 6]  # 2 and 3 sub-layers a layer
+    assert (out / "dependency.png").read_bytes()[:4] == b"\x89PNG"
+    with pytest.raises(SystemExit):
+        diagnose.parse([str(mini_bin), "--out", str(out), "--checkpoints", "no-label-here"])
