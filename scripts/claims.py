@@ -38,6 +38,7 @@ import json
 import math
 import os
 import re
+import shlex
 import shutil
 import sys
 import time
@@ -536,7 +537,7 @@ def main(argv=None):
         sys.exit(f"error: {results} holds runs made with {previous['budget']}, not {budget(args)}; use another --out")
     specs = {run.label: run_spec(claim, run, args)[1] for run in claim.runs}
     done = {r["label"]: r for r in previous["runs"] if r["label"] in specs and r.get("spec") == specs[r["label"]]}
-    command = "python scripts/claims.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = shlex.join(["python", "scripts/claims.py", *(argv if argv is not None else sys.argv[1:])])
     commands = previous["commands"] + ([command] if command not in previous["commands"] else [])
     wanted = [r for r in claim.runs if not args.runs_only or r.label in args.runs_only]
     todo = [r for r in wanted if r.label not in done]

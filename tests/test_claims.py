@@ -72,6 +72,7 @@ def test_toy_claim_end_to_end(tmp_path, monkeypatch, capsys):
     printed = capsys.readouterr().out
     assert "0 of 1 runs done; training 1" in printed
     assert "[preln no warm-up] spec changed: training again from scratch" in printed
+    assert "--runs-only 'preln no warm-up'" in out.with_suffix(".md").read_text()  # the command as typed
     assert (
         json.loads((out / "preln_no_warm-up" / "spec.json").read_text())["fairseq"]["model"]["encoder_embed_dim"] == 32
     )
