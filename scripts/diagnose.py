@@ -18,6 +18,7 @@ initialisation (fairseq flags); a checkpoint keeps the options it was trained wi
 """
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 
@@ -43,23 +44,21 @@ def measure(data_bin, archs, depths, model_args, sentences, seed, lr, checkpoint
     import fairseq_layernorm_plugins  # noqa: F401  (registers the archs)
     from fairseq_layernorm_plugins import diagnostics as D
 
-    def built(arch, depth):
-        model, criterion, task = D.build(
-            data_bin, arch, *model_args, "--encoder-layers", depth, "--decoder-layers", depth, seed=seed
-        )
-        sample = D.sample_batch(task, sentences=sentences)
-        D.prepare_model(model, sample)  # Admin: profiled on the batch, as fairseq-train would
-        return model, criterion, sample
+    def models():
+        for arch in archs:
+            for depth in depths:
+                model, criterion, task = D.build(
+                    data_bin, arch, *model_args, "--encoder-layers", depth, "--decoder-layers", depth, seed=seed
+                )
+                sample = D.sample_batch(task, sentences=sentences)
+                D.prepare_model(model, sample)  # Admin: profiled on the batch, as fairseq-train would
+                yield arch, model, criterion, sample
+        for label, path in checkpoints:
+            model, criterion, task = D.load(data_bin, path)
+            yield label, model, criterion, D.sample_batch(task, sentences=sentences)
 
-    def loaded(path):
-        model, criterion, task = D.load(data_bin, path)
-        return model, criterion, D.sample_batch(task, sentences=sentences)
-
-    jobs = [(arch, lambda a=arch, d=depth: built(a, d)) for arch in archs for depth in depths]
-    jobs += [(label, lambda p=path: loaded(p)) for label, path in checkpoints]
     results = {}
-    for name, make in jobs:
-        model, criterion, sample = make()
+    for name, model, criterion, sample in models():
         depth = len(model.encoder.layers)
         result = results.setdefault(name, {})[depth] = diagnose(model, criterion, sample, seed, lr)
         print(
@@ -128,6 +127,14 @@ def plot(results, out):
         plt.close(fig)
 
 
+def label_path(item):
+    """``LABEL=PATH`` -> (label, path)."""
+    label, sep, path = item.partition("=")
+    if not (label and sep and path):
+        raise argparse.ArgumentTypeError(f"{item!r} is not LABEL=PATH")
+    return label, path
+
+
 def parse(argv):
     """(args, model arguments after ``--``)."""
     model_args = argv[argv.index("--") + 1 :] if "--" in argv else []
@@ -143,6 +150,7 @@ def parse(argv):
         "--checkpoints",
         nargs="+",
         default=[],
+        type=label_path,
         metavar="LABEL=PATH",
         help="trained fairseq checkpoints to measure as they are (with their own options)",
     )
@@ -152,11 +160,6 @@ def parse(argv):
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
-    pairs = [item.partition("=") for item in args.checkpoints]
-    bad = [item for item, (label, sep, path) in zip(args.checkpoints, pairs) if not (label and sep and path)]
-    if bad:
-        parser.error(f"--checkpoints takes LABEL=PATH items, not {bad[0]!r}")
-    args.checkpoints = [(label, path) for label, _, path in pairs]
     if not args.archs and not args.checkpoints:
         from fairseq_layernorm_plugins.methods import METHODS, method_names
 
@@ -167,12 +170,16 @@ def parse(argv):
 def main(argv=None):
     from fairseq_layernorm_plugins.atomic import write_json
 
-    args, model_args = parse(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args, model_args = parse(argv)
     Path(args.out).mkdir(parents=True, exist_ok=True)
     results = measure(
         args.data_bin, args.archs or [], args.depths, model_args, args.sentences, args.seed, args.lr, args.checkpoints
     )
-    write_json(Path(args.out) / "diagnostics.json", {"command": " ".join(sys.argv), "results": results})
+    write_json(
+        Path(args.out) / "diagnostics.json",
+        {"command": shlex.join(["python", "scripts/diagnose.py", *argv]), "results": results},
+    )
     plot(results, args.out)
     print(f"wrote {args.out}/diagnostics.json and grad_norms / output_change / dependency / cosine .png")
 

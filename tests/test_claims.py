@@ -98,7 +98,8 @@ def test_toy_claim_end_to_end(tmp_path, monkeypatch, capsys):
     assert "spec changed" not in printed
     extended = json.loads((tmp_path / "long.json").read_text())["runs"][0]
     assert [v["update"] for v in extended["valid"]] == [2, 4, 6]
-    assert extended["valid"][:2] == result["runs"][0]["valid"]  # the first 4 updates were not trained again
+    assert extended["valid"][:2] == result["runs"][0]["valid"]  # the shorter run's validations, kept
+    # the first 4 updates were not trained again: fairseq went on from the update-4 checkpoint
     assert "checkpoint_last.pt (epoch 1 @ 4 updates)" in (out / "preln_no_warm-up" / "train.log").read_text()
 
     seed1_spec = (out / "preln_no_warm-up" / "spec.json").read_text()

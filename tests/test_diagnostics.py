@@ -133,7 +133,9 @@ def test_a_trained_checkpoint_is_measured_with_its_own_weights_and_options(mini_
     diagnose.main(
         [str(mini_bin), "--out", str(out), "--sentences", "4", "--checkpoints", f"admin={save}/checkpoint_last.pt"]
     )
-    results = json.loads((out / "diagnostics.json").read_text())["results"]
+    written = json.loads((out / "diagnostics.json").read_text())
+    assert written["command"].endswith(f"--checkpoints admin={save}/checkpoint_last.pt")  # as called
+    results = written["results"]
     assert list(results) == ["admin"] and list(results["admin"]) == ["3"]
     assert [len(v) for v in results["admin"]["3"]["dependency"].values()] == [6, 6]  # 2 and 3 sub-layers a layer
     assert (out / "dependency.png").read_bytes()[:4] == b"\x89PNG"

@@ -242,7 +242,8 @@ def test_log_curves_of_a_resumed_run_keep_the_second_telling_of_the_rerun_stretc
     )
     lines = [inner.format(e=u / 100, l=9.0, u=u, w=u) for u in (25, 50)]
     lines += [valid.format(l=8.0, u=50), inner.format(e=0.75, l=7.0, u=75, w=75), valid.format(l=6.5, u=75)]
-    lines += [inner.format(e=0.75, l=6.0, u=75, w=0), inner.format(e=1.0, l=5.0, u=100, w=0)]  # resumed at 50
+    lines.append("2026 | INFO | fairseq.trainer | Loaded checkpoint /r/checkpoint_last.pt (epoch 1 @ 50 updates)")
+    lines += [inner.format(e=0.75, l=6.0, u=75, w=0), inner.format(e=1.0, l=5.0, u=100, w=0)]
     lines.append(valid.format(l=5.5, u=100))
     (tmp_path / "train.log").write_text("\n".join(lines) + "\n")
     curves = read_log_curves(tmp_path / "train.log")

@@ -14,6 +14,7 @@ import io
 import json
 import logging
 import math
+import re
 import statistics
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -135,24 +136,34 @@ def log_record(line):
     return None
 
 
+# fairseq.trainer's line when a run starts from a checkpoint (fairseq 0.12)
+LOADED_CHECKPOINT = re.compile(r"Loaded checkpoint .* \(epoch \d+ @ (\d+) updates\)")
+
+
 def read_log_curves(log_path):
     """{"train": [{"epoch", "update", "loss", "wall", "wps", "loss_scale"}], "valid": [{"epoch", "update", "loss", "nll_loss", "bleu"}],
     "end": {"update", "wall"}} from a fairseq json log; "epoch" is fractional (fairseq's progress
     within the epoch), so validations every N updates fall where they happened; "end" is the
     last update and wall-clock second logged (``train_inner`` or end-of-epoch ``train``); "wps" (target
     words per second) and "loss_scale" (``--fp16`` only) are None where fairseq logged none.
-    A log that a resumed run appended to holds the stretch after the last checkpoint twice: the
-    second telling replaces the first (a train_inner at update U drops what was logged from U on)."""
+    A log that a resumed run appended to holds what followed its checkpoint twice: fairseq's
+    "Loaded checkpoint ... (epoch E @ U updates)" line drops what was logged after update U,
+    so the resumed run's telling stands."""
     curves = {"train": [], "valid": [], "end": {"update": 0, "wall": 0.0}}
     epoch_at = {}
-    for kind, record in filter(None, map(log_record, Path(log_path).read_text(errors="replace").splitlines())):
+    for line in Path(log_path).read_text(errors="replace").splitlines():
+        if loaded := LOADED_CHECKPOINT.search(line):
+            for name in ("train", "valid"):
+                curves[name] = [r for r in curves[name] if r["update"] <= int(loaded[1])]
+            curves["end"]["update"] = min(curves["end"]["update"], int(loaded[1]))
+            continue
+        if (parsed := log_record(line)) is None:
+            continue
+        kind, record = parsed
         if kind in ("train_inner", "train"):
             inner = kind == "train_inner"
             prefix = "" if inner else "train_"
             update, wall = int(record[f"{prefix}num_updates"]), float(record[f"{prefix}wall"])
-            if inner and curves["train"] and update <= curves["train"][-1]["update"]:  # resumed: the rerun stretch
-                for name in ("train", "valid"):
-                    curves[name] = [r for r in curves[name] if r["update"] < update]
             curves["end"] = {"update": max(update, curves["end"]["update"]), "wall": max(wall, curves["end"]["wall"])}
             if inner:
                 epoch_at[update] = float(record["update"])  # fairseq logs epoch - 1 + progress here
