@@ -4,8 +4,13 @@ makes to fairseq's own behaviour, each named:
 * ``checkpoint_loading`` (torch >= 2.6, any fairseq): torch loads with ``weights_only=True``
   and fairseq checkpoints pickle Namespace / omegaconf objects, so they fail to load.
   Applied on import (an environment variable; the user's own setting wins).
-* ``bf16_on_cuda`` (fairseq 0.12.x): ``--bf16`` implies ``--tpu``, so a bf16 run on a GPU
-  dies importing torch_xla. Applied on import; it changes only runs that would fail.
+* ``bf16_without_tpu`` (fairseq 0.12.x): ``--bf16`` implies ``--tpu``, so a bf16 run on a
+  GPU or a CPU dies importing torch_xla. Applied on import; it changes only runs that would
+  fail.
+* ``fp16_on_cpu`` (fairseq 0.12.x): ``--cpu --fp16`` dies building the flat fp32 master
+  copy (``torch.cuda.current_device()``) and on the first gradient overflow
+  (``torch.tensor(0.0).cuda()``); ``--cpu --amp`` silently trains in fp32. Applied on
+  import; it changes only runs without CUDA.
 * ``keep_last_batch`` (fairseq 0.12.3 / main, so fairseq-fixed): ``batch_by_size`` drops
   the last batch of every split (up to 7 sentences). Applied when one of the plugin's
   models is built, so fairseq's own archs batch as without the plugin.
@@ -55,7 +60,7 @@ def check_fairseq():
         raise UnsupportedFairseqError(problem) from None
 
 
-PATCHES = ("checkpoint_loading", "bf16_on_cuda", "keep_last_batch")
+PATCHES = ("checkpoint_loading", "bf16_without_tpu", "fp16_on_cpu", "keep_last_batch")
 SWITCH = "FAIRSEQ_LAYERNORM_PLUGINS_NO_PATCH"
 
 
@@ -73,7 +78,8 @@ def apply(name):
     if patch_enabled(name):
         {
             "checkpoint_loading": enable_fairseq_checkpoint_loading,
-            "bf16_on_cuda": bf16_on_cuda,
+            "bf16_without_tpu": bf16_without_tpu,
+            "fp16_on_cpu": fp16_on_cpu,
             "keep_last_batch": keep_last_batch,
         }[name]()
 
@@ -128,38 +134,111 @@ def keep_last_batch():
     data_utils.batch_by_size = batch_by_size
 
 
-def bf16_on_cuda():
-    """Let ``--bf16`` train on a GPU (fairseq 0.12.x).
+def _wrap_call_main(name, adjust):
+    """Wrap ``distributed_utils.call_main`` (what ``fairseq-train`` and ``fairseq-hydra-train``
+    start through) so that ``adjust(cfg)`` runs first; once per ``name``."""
+    from fairseq.distributed import utils as distributed_utils
+
+    original = distributed_utils.call_main
+    if name in getattr(original, "patches", ()):
+        return
+
+    def call_main(cfg, main, **kwargs):
+        adjust(cfg)
+        return original(cfg, main, **kwargs)
+
+    call_main.patches = (*getattr(original, "patches", ()), name)
+    call_main.__doc__ = original.__doc__
+    distributed_utils.call_main = call_main
+
+
+def bf16_without_tpu():
+    """Let ``--bf16`` train on a GPU or a CPU (fairseq 0.12.x).
 
     fairseq's argument parsing turns ``--bf16`` into ``--tpu`` (``options.py``: "use
-    bfloat16; implies --tpu"), so a ``--bf16`` run on a GPU imports ``torch_xla`` and
-    dies. This wraps ``distributed_utils.call_main`` (what ``fairseq-train`` and
-    ``fairseq-hydra-train`` start through) so that, when CUDA is there and torch_xla is
-    not, such a run trains on the GPU instead: the model and batches in bfloat16 with fp32
-    master weights and no loss scaling (fairseq's own ``FP16Optimizer`` bf16 path). A run
-    that would have worked (a real TPU) is left as it is.
+    bfloat16; implies --tpu"), so a ``--bf16`` run imports ``torch_xla`` and dies. When
+    torch_xla is not installed, such a run trains on the GPU (CUDA there and no ``--cpu``),
+    otherwise on the CPU: the model and batches in bfloat16 with fp32 master weights and no
+    loss scaling (fairseq's own ``FP16Optimizer`` bf16 path, flat or not). A run that would
+    have worked (a real TPU) is left as it is.
     """
     import importlib.util
 
     import torch
-    from fairseq.distributed import utils as distributed_utils
 
-    original = distributed_utils.call_main
-    if getattr(original, "bf16_on_cuda", False):
-        return
-
-    def call_main(cfg, main, **kwargs):
+    def adjust(cfg):
         common = cfg.common
-        if (
-            common.bf16
-            and common.tpu
-            and not common.cpu
-            and torch.cuda.is_available()
-            and importlib.util.find_spec("torch_xla") is None
-        ):
+        if common.bf16 and common.tpu and importlib.util.find_spec("torch_xla") is None:
             common.tpu = cfg.distributed_training.tpu = False  # the latter is a copy after argparse
-        return original(cfg, main, **kwargs)
+            if not torch.cuda.is_available():
+                common.cpu = True
 
-    call_main.bf16_on_cuda = True
-    call_main.__doc__ = original.__doc__
-    distributed_utils.call_main = call_main
+    _wrap_call_main("bf16_without_tpu", adjust)
+
+
+def fp16_on_cpu():
+    """Let ``--fp16`` train on a CPU (fairseq 0.12.x), as it does on a GPU.
+
+    Three CUDA-only spots of fairseq's fp16 path, each changed only where no CUDA device
+    is used:
+
+    * ``FP16Optimizer.build_fp32_params`` keys the flat fp32 master copy by
+      ``torch.cuda.current_device()``; on a CPU it is keyed by the parameters' device index
+      (None), which is what fairseq's gradient and parameter copies look it up by.
+    * ``Trainer.train_step`` sets the skipped update's gradient norm to
+      ``torch.tensor(0.0).cuda()`` after a gradient overflow (the loss scale is lowered and
+      the update skipped); on a CPU run that tensor stays on the CPU.
+    * ``--amp`` (torch.cuda.amp) on a CPU trains in fp32 with a loss scale of 1 without
+      saying so: it is refused in one line pointing to ``--fp16`` / ``--bf16``.
+    """
+    import contextlib
+
+    import torch
+    from fairseq.optim import fp16_optimizer
+    from fairseq.trainer import Trainer
+
+    mixin = fp16_optimizer._FP16OptimizerMixin
+    build = mixin.__dict__["build_fp32_params"].__func__
+    if not getattr(build, "fp16_on_cpu", False):
+
+        def build_fp32_params(cls, args, params, flatten=True):
+            if not flatten or params[0].device.type == "cuda":
+                return build(cls, args, params, flatten=flatten)
+            flat = torch.nn.Parameter(torch.cat([p.data.reshape(-1).float() for p in params]))
+            flat.grad = torch.zeros_like(flat.data)
+            return {params[0].device.index: flat}
+
+        build_fp32_params.fp16_on_cpu = True
+        build_fp32_params.__doc__ = build.__doc__
+        mixin.build_fp32_params = classmethod(build_fp32_params)
+
+    @contextlib.contextmanager
+    def tensors_stay_on_cpu():
+        cuda = torch.Tensor.cuda
+        torch.Tensor.cuda = lambda tensor, *args, **kwargs: tensor
+        try:
+            yield
+        finally:
+            torch.Tensor.cuda = cuda
+
+    train_step = Trainer.train_step
+    if not getattr(train_step, "fp16_on_cpu", False):
+
+        def cpu_train_step(self, samples, raise_oom=False):
+            if self.cuda or self.tpu or not self.cfg.common.fp16:
+                return train_step(self, samples, raise_oom)
+            with tensors_stay_on_cpu():  # the overflow branch's torch.tensor(0.0).cuda()
+                return train_step(self, samples, raise_oom)
+
+        cpu_train_step.fp16_on_cpu = True
+        cpu_train_step.__doc__ = train_step.__doc__
+        Trainer.train_step = cpu_train_step
+
+    def refuse_amp_on_cpu(cfg):
+        if cfg.common.amp and (cfg.common.cpu or not torch.cuda.is_available()):
+            raise SystemExit(
+                "fairseq: --amp is torch.cuda.amp and trains in fp32 without a CUDA device; "
+                "on a CPU use --fp16 or --bf16"
+            )
+
+    _wrap_call_main("fp16_on_cpu", refuse_amp_on_cpu)

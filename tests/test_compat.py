@@ -99,10 +99,17 @@ def test_fairseq_datasets_use_the_fix(tiny_data_bin):
 
 
 @pytest.mark.parametrize(
-    "cuda, flags, tpu", [(True, ["--bf16"], False), (False, ["--bf16"], True), (True, ["--fp16"], False)]
+    "cuda, flags, tpu, cpu",
+    [
+        (True, ["--bf16"], False, False),  # the GPU
+        (False, ["--bf16"], False, True),  # the CPU
+        (True, ["--bf16", "--cpu"], False, True),  # the CPU, asked for
+        (True, ["--fp16"], False, False),  # untouched
+    ],
 )
-def test_bf16_trains_on_the_gpu_not_a_tpu(cuda, flags, tpu, tiny_data_bin, monkeypatch):
-    """fairseq's parser makes --bf16 imply --tpu; with CUDA and no torch_xla the run goes to the GPU."""
+def test_bf16_trains_on_the_gpu_or_cpu_not_a_tpu(cuda, flags, tpu, cpu, tiny_data_bin, monkeypatch):
+    """fairseq's parser makes --bf16 imply --tpu; without torch_xla the run goes to the GPU
+    when there is one (and no --cpu), else to the CPU."""
     import torch
     from fairseq import options
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
@@ -117,8 +124,10 @@ def test_bf16_trains_on_the_gpu_not_a_tpu(cuda, flags, tpu, tiny_data_bin, monke
     assert cfg.common.tpu == ("--bf16" in flags)  # fairseq's own parsing
     monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
     seen = []
-    distributed_utils.call_main(cfg, lambda c: seen.append((c.common.tpu, c.distributed_training.tpu, c.common.bf16)))
-    assert seen == [(tpu, tpu, "--bf16" in flags)]
+    distributed_utils.call_main(
+        cfg, lambda c: seen.append((c.common.tpu, c.distributed_training.tpu, c.common.cpu, c.common.bf16))
+    )
+    assert seen == [(tpu, tpu, cpu, "--bf16" in flags)]
 
 
 def translated_lines(data_bin, arch, tmp_path, user_dir=True, env=None):

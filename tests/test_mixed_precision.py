@@ -1,0 +1,240 @@
+"""fairseq's own fp16 and bf16 training paths on a CPU (``_compat.fp16_on_cpu``,
+``_compat.bf16_without_tpu``), for every method the package registers.
+
+Each run is ``fairseq-train``'s own ``call_main(cfg, train.main)`` in this process (what
+the console script does after parsing), so the patches on fairseq's entry point are the
+ones exercised; the metrics are fairseq's json log records.
+"""
+
+import contextlib
+import json
+import logging
+import math
+import statistics
+
+import pytest
+import torch
+from conftest import PLUGIN_DIR, TINY_MODEL, run_cli
+
+from fairseq_layernorm_plugins.models.base import ARCH_FAMILIES
+
+# every registered method at its base size, and B2T without its LayerNorms beside B2T
+VARIANTS = [(model, ()) for model in ARCH_FAMILIES] + [("transformer_b2t", ("--b2t-no-layer-norm",))]
+PRECISIONS = {"fp16": torch.float16, "bf16": torch.bfloat16}
+UPDATES = 24
+
+
+class JsonRecords(logging.Handler):
+    """Collects fairseq's ``--log-format json`` records: (tag, dict); other lines as text."""
+
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.records, self.lines = [], []
+
+    def emit(self, record):
+        message = record.getMessage()
+        if record.name in ("train_inner", "train", "valid") and message.startswith("{"):
+            self.records.append((record.name, json.loads(message)))
+        else:
+            self.lines.append(message)
+
+    def of(self, tag):
+        return [r for name, r in self.records if name == tag]
+
+
+@contextlib.contextmanager
+def captured_logs():
+    root = logging.getLogger()
+    handler, level = JsonRecords(), root.level
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    try:
+        yield handler
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
+
+
+@contextlib.contextmanager
+def captured_trainers():
+    """The fairseq ``Trainer`` objects built inside the block."""
+    from fairseq.trainer import Trainer
+
+    trainers, init = [], Trainer.__init__
+
+    def capturing_init(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        trainers.append(self)
+
+    Trainer.__init__ = capturing_init
+    try:
+        yield trainers
+    finally:
+        Trainer.__init__ = init
+
+
+def fairseq_train(data_bin, save_dir, arch, *flags, updates=UPDATES):
+    """``fairseq-train`` in this process: returns its :class:`JsonRecords`, with the
+    trainer's model (in the precision it trained in) as ``.model``."""
+    from fairseq import options
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq.distributed import utils as distributed_utils
+    from fairseq_cli import train
+
+    argv = [
+        str(data_bin),
+        *("--user-dir", str(PLUGIN_DIR), "--arch", arch, *TINY_MODEL),
+        *("--optimizer", "adam", "--lr", "2e-3", "--max-tokens", "500", "--max-update", str(updates)),
+        *("--dropout", "0", "--seed", "1", "--cpu", "--num-workers", "0"),
+        *("--save-dir", str(save_dir), "--no-epoch-checkpoints", "--log-format", "json", "--log-interval", "1"),
+        *map(str, flags),
+    ]
+    cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), argv))
+    with captured_logs() as logs, captured_trainers() as trainers:
+        distributed_utils.call_main(cfg, train.main)
+    logs.model = trainers[-1].model
+    return logs
+
+
+def falling(losses):
+    quarter = max(1, len(losses) // 4)
+    return statistics.mean(losses[-quarter:]) < statistics.mean(losses[:quarter])
+
+
+def floating_dtypes(model):
+    return {t.dtype for t in model.state_dict().values() if t.is_floating_point()}
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("arch, extra", VARIANTS, ids=[a + "".join(e) for a, e in VARIANTS])
+def test_every_method_trains_in_half_precision_on_cpu(arch, extra, precision, tiny_data_bin, tmp_path):
+    """The user's flags alone (``--cpu --fp16`` / ``--cpu --bf16``): fairseq's flat fp32
+    master copy, its dynamic loss scale (fp16) or none (bf16), the model itself in half."""
+    logs = fairseq_train(tiny_data_bin, tmp_path, arch, *extra, f"--{precision}")
+    inner = logs.of("train_inner")
+    losses = [float(r["loss"]) for r in inner]
+    assert len(losses) == UPDATES
+    assert all(math.isfinite(x) for x in losses) and falling(losses), losses
+    scales = [float(r["loss_scale"]) for r in inner if "loss_scale" in r]
+    if precision == "fp16":
+        assert len(scales) == UPDATES and min(scales) >= 1, scales  # logged every update, not collapsed
+    else:
+        assert scales == []  # fairseq's bf16 path has no loss scaling
+    assert floating_dtypes(logs.model) == {PRECISIONS[precision]}  # fairseq saves checkpoints in fp32
+
+
+def losses(logs):
+    return [float(r["loss"]) for r in logs.of("train_inner")]
+
+
+def test_the_other_fp16_optimizers_train_on_cpu(tiny_data_bin, tmp_path):
+    """Per-parameter fp32 masters (``--fp16-no-flatten-grads``) give the flat copy's losses
+    exactly (the same arithmetic); ``--memory-efficient-fp16`` (no fp32 masters: each
+    update is rounded to fp16) stays within rounding of them over 8 updates."""
+    run = lambda name, *flags: fairseq_train(  # noqa: E731
+        tiny_data_bin, tmp_path / name, "transformer_preln", "--fp16", *flags, updates=8
+    )
+    flat = losses(run("flat"))
+    assert losses(run("per-parameter", "--fp16-no-flatten-grads")) == flat
+    assert losses(run("memory-efficient", "--memory-efficient-fp16")) == pytest.approx(flat, abs=0.02)
+
+
+def test_a_gradient_overflow_is_skipped_on_cpu(tiny_data_bin, tmp_path):
+    """fairseq's overflow branch (lower the scale, skip the update) runs on a CPU: a loss
+    scale of 2**30 overflows fp16 at once, and halves until the gradients fit."""
+    logs = fairseq_train(tiny_data_bin, tmp_path, "transformer_postln", "--fp16", "--fp16-init-scale", 2**30, updates=4)
+    overflows = [line for line in logs.lines if "gradient overflow detected" in line]
+    assert overflows, "no overflow at a loss scale of 2**30"
+    scales = [float(r["loss_scale"]) for r in logs.of("train_inner")]
+    assert len(scales) == 4 and scales[0] == 2.0 ** (30 - len(overflows))  # one halving per skipped update
+
+
+def test_resumed_fp16_run_continues_with_its_loss_scale_and_omegas(tiny_data_bin, tmp_path):
+    """Admin in fp16, 12 updates at once or 6 + 6 from ``checkpoint_last.pt``: the resumed
+    run starts from the saved loss scale (changed by then: window 2) and the trained omegas
+    (not profiled again). Its first update's loss is the uninterrupted run's; later ones
+    stay within rounding of them: fairseq saves the fp16 model, not the fp32 master copy,
+    so a resumed fp16 run steps from fp16-rounded masters (stock ``transformer`` alike;
+    docs/mixed_precision.md)."""
+    flags = ("--fp16", "--fp16-init-scale", 4, "--fp16-scale-window", 2, "--admin-profile-json")
+    whole = fairseq_train(
+        tiny_data_bin, tmp_path / "whole", "transformer_admin", *flags, tmp_path / "w.json", updates=12
+    )
+    fairseq_train(tiny_data_bin, tmp_path / "split", "transformer_admin", *flags, tmp_path / "s.json", updates=6)
+    first = torch.load(tmp_path / "split" / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    saved_scale = first["last_optimizer_state"]["loss_scale"]
+    saved_omega = {k: v.clone() for k, v in first["model"].items() if k.endswith(".omega")}
+    (tmp_path / "s.json").unlink()
+    resumed = fairseq_train(
+        tiny_data_bin, tmp_path / "split", "transformer_admin", *flags, tmp_path / "s.json", updates=12
+    )
+    assert not (tmp_path / "s.json").exists()  # omega came from the checkpoint, not a new profile
+    inner = {int(r["num_updates"]): r for r in whole.of("train_inner")}
+    after = resumed.of("train_inner")
+    assert [int(r["num_updates"]) for r in after] == list(range(7, 13))
+    assert saved_scale > 4 and float(inner[6]["loss_scale"]) == saved_scale  # the scale grew and was saved
+    assert [r["loss_scale"] for r in after] == [inner[int(r["num_updates"])]["loss_scale"] for r in after]
+    uninterrupted = [float(inner[int(r["num_updates"])]["loss"]) for r in after]
+    assert float(after[0]["loss"]) == uninterrupted[0]
+    assert [float(r["loss"]) for r in after] == pytest.approx(uninterrupted, abs=0.02)
+    resumed_model = torch.load(tmp_path / "split" / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    whole_model = torch.load(tmp_path / "whole" / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    assert saved_omega
+    for key in saved_omega:  # trained on from the same omegas
+        assert torch.allclose(resumed_model["model"][key], whole_model["model"][key], atol=0.02)
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_admin_profiles_before_the_half_conversion(precision, tiny_data_bin, tmp_path):
+    """Admin's omegas in an fp16 / bf16 run are those of an fp32 run of the same seed and
+    batch, exactly: profiling runs before fairseq's Trainer halves the model."""
+    profiles = {}
+    for name, flags in (("fp32", ()), (precision, (f"--{precision}",))):
+        fairseq_train(
+            tiny_data_bin,
+            tmp_path / name,
+            "transformer_admin",
+            *flags,
+            "--admin-profile-json",
+            tmp_path / f"{name}.json",
+            updates=1,
+        )
+        profiles[name] = json.loads((tmp_path / f"{name}.json").read_text())
+    for stack in ("encoder", "decoder"):
+        assert [r["omega"] for r in profiles[precision][stack]] == [r["omega"] for r in profiles["fp32"][stack]]
+        assert all(r["omega"] > 1 for r in profiles["fp32"][stack][1:])  # a real profile, not omega = 1
+
+
+def test_amp_without_cuda_is_refused_in_one_line(tiny_data_bin, tmp_path):
+    """``--amp`` is torch.cuda.amp: on a CPU it would train in fp32 and say nothing."""
+    import subprocess
+
+    from conftest import BIN
+
+    proc = subprocess.run(
+        [str(BIN / "fairseq-train"), str(tiny_data_bin), "--user-dir", str(PLUGIN_DIR), "--arch", "transformer_preln"]
+        + [*TINY_MODEL, "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "500", "--cpu", "--amp"]
+        + ["--save-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode != 0
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "fairseq: --amp is torch.cuda.amp and trains in fp32 without a CUDA device; on a CPU use --fp16 or --bf16"
+    )
+    assert not list(tmp_path.glob("*.pt"))
+
+
+def test_stock_fairseq_cli_trains_in_fp16_and_bf16_on_cpu(tiny_data_bin, tmp_path):
+    """The console script a user types, stock ``transformer`` with the plugin loaded."""
+    for precision in PRECISIONS:
+        out = run_cli(
+            "fairseq-train",
+            tiny_data_bin,
+            *("--user-dir", PLUGIN_DIR, "--arch", "transformer", *TINY_MODEL),
+            *("--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "500", "--max-update", "3", "--cpu"),
+            *("--save-dir", tmp_path / precision, "--no-epoch-checkpoints", f"--{precision}"),
+            cwd=tmp_path,
+        )
+        assert "num_updates 3" in out
+        assert ("| loss_scale " in out) == (precision == "fp16")
