@@ -139,7 +139,8 @@ EVALUATE_DOC = """Evaluate training runs (see fairseq_layernorm_plugins/recipes/
 
     fairseq-ln-evaluate runs/iwslt14/admin/6L-6L.seed1 [more run dirs]
 
-averages the run's last N checkpoints (the recipe's average_last, or --average-last),
+scores the checkpoints the recipe's protocol names (the last N averaged, --average-last; up
+to --checkpoint-upper-bound; a best window; a per-epoch curve: recipes/evaluate.py),
 runs fairseq-generate with the recipe's beam and length penalty, detokenises, and writes
 results.json with SacreBLEU (and its signature), tokenized and compound-split BLEU.
 """
@@ -155,12 +156,26 @@ def evaluate(argv=None):
     parser.add_argument(
         "--checkpoints", choices=("epoch", "update"), default="epoch", help="average epoch or update checkpoints"
     )
+    parser.add_argument(
+        "--checkpoint-upper-bound",
+        type=int,
+        metavar="E",
+        help="average the last N checkpoints up to epoch (update) E, as fairseq's average_checkpoints.py "
+        "(default: the recipe's checkpoint_upper_bound, else the newest)",
+    )
     parser.add_argument("--subset", default="test", help="default: test")
     parser.add_argument("--max-tokens", type=int, default=8000)
     args = parser.parse_args(argv)
     for path in args.run_dirs:
         try:
-            evaluate_run(path, args.average_last, args.checkpoints, args.subset, args.max_tokens)
+            evaluate_run(
+                path,
+                args.average_last,
+                args.checkpoints,
+                args.subset,
+                args.max_tokens,
+                upper_bound=args.checkpoint_upper_bound,
+            )
         except (OSError, ValueError, RuntimeError) as err:
             sys.exit(f"error: {path}: {err}")
 

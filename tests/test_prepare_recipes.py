@@ -217,28 +217,39 @@ def test_bad_archives(iwslt_archive, tmp_path):
         assert not (tmp_path / "out").exists()
 
 
-def _wmt_archives(root, shared):
+def _wmt_archives(root, shared, archives=wmt14.ARCHIVES, extra_pairs=(), held_out=None):
     """The five statmt.org archives, shaped like the real ones, from real WMT text: each
-    training corpus a 600-line slice of other news test sets (raw), the real
-    newstest2013 and the real newstest2014 full sgm."""
+    training corpus a 600-line slice of other news test sets (raw; ``extra_pairs`` (en, de)
+    appended to the first), the real newstest2013 and the real newstest2014 full sgm (their
+    first ``held_out`` segments only, if given)."""
     root.mkdir()
     news = shared / "wmt_news_other" / "de-en"
-    slices = {
-        "training-parallel-europarl-v7.tgz": "newstest2010",
-        "training-parallel-commoncrawl.tgz": "newstest2011",
-        "training-parallel-nc-v9.tgz": "newstest2012",
-    }
-    for name, (_url, prefix) in wmt14.ARCHIVES.items():
+    slices = dict(zip(archives, ("newstest2010", "newstest2011", "newstest2012")))
+    for i, (name, (_url, prefix)) in enumerate(archives.items()):
         with tarfile.open(root / name, "w:gz") as tar:
-            for lang in ("en", "de"):
+            for side, lang in enumerate(("en", "de")):
                 tmp = root / f"{slices[name]}.{lang}"
-                tmp.write_text("\n".join(read_lines(news / f"{slices[name]}.{lang}")[:600]) + "\n", encoding="utf-8")
+                lines = read_lines(news / f"{slices[name]}.{lang}")[:600] + [p[side] for p in extra_pairs if i == 0]
+                tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
                 tar.add(tmp, arcname=f"{prefix}.{lang}")
     with tarfile.open(root / "dev.tgz", "w:gz") as tar:
         for lang in ("en", "de"):
-            tar.add(shared / "wmt14" / "plain" / f"newstest2013.{lang}", arcname=f"dev/newstest2013.{lang}")
+            dev = shared / "wmt14" / "plain" / f"newstest2013.{lang}"
+            if held_out:
+                dev = root / f"newstest2013.{lang}"
+                dev.write_text("\n".join(read_lines(shared / "wmt14" / "plain" / dev.name)[:held_out]) + "\n")
+            tar.add(dev, arcname=f"dev/newstest2013.{lang}")
     with tarfile.open(root / "test-full.tgz", "w:gz") as tar:
         for f in (shared / "wmt14" / "test-full").iterdir():
+            if held_out:
+                lines, kept = f.read_text(encoding="utf-8").splitlines(), 0
+                short = []
+                for line in lines:
+                    kept += "<seg id" in line
+                    if "<seg id" not in line or kept <= held_out:
+                        short.append(line)
+                (root / f.name).write_text("\n".join(short) + "\n", encoding="utf-8")
+                f = root / f.name
             tar.add(f, arcname=f"test-full/{f.name}")
     return root
 
@@ -281,3 +292,61 @@ def test_wmt14_mini_from_shared_data(tmp_path):
     assert len(held_out & train) < 5  # newstest2013/2014 are not in training
     # the detokenised OpenNMT sample went through normalise + tokenise like the rest
     assert all("&amp;apos;" not in line for line in train)
+
+
+def test_wmt14_as_admin_prepares_as_transformer_clinic(tmp_path):
+    """fairseq-ln-prepare wmt14 --as admin = Transformer-Clinic pre-process/wmt14en-de.sh: NC v12,
+    valid normalised before tokenising, clean-corpus-n 1 80 (ratio 9) on tokens before BPE,
+    32764 merges, no further test sets."""
+    from fairseq_layernorm_plugins.prepare.moses import NormalizePunctuation, Tokenize
+
+    shared = shared_data()
+    long_pair = (" ".join(["word"] * 85), " ".join(["Wort"] * 85))  # 85 tokens: dropped before BPE
+    uneven = (" ".join(["one"] * 5), " ".join(["eins"] * 20))  # ratio 4: kept at ratio 9 (fairseq's 1.5 drops it)
+    archives = _wmt_archives(tmp_path / "archives", shared, wmt14.ADMIN_ARCHIVES, [long_pair, uneven], held_out=300)
+    assert "training-parallel-nc-v12.tgz" in {p.name for p in archives.iterdir()}
+    out = tmp_path / "admin"
+    stamp = wmt14.main(["--as", "admin", "--archive-dir", str(archives), "--out", str(out), "--merges", "500"])
+    assert stamp["setup"] == "admin" and stamp["clean"] == [1, 80, 9] and stamp["merges"] == 500
+    assert stamp["test_sets"] == {"newstest2014": "test"} and (stamp["sizes"]["valid"], stamp["sizes"]["test"]) == (
+        300,
+        300,
+    )
+    train = [
+        (line.replace("@@ ", ""), other.replace("@@ ", ""))
+        for line, other in zip(read_lines(out / "train.en"), read_lines(out / "train.de"))
+    ]
+    assert all(1 <= len(s.split()) <= 80 and 1 <= len(t.split()) <= 80 for s, t in train)
+    assert long_pair not in train and uneven in train
+    raw_train = [
+        (NormalizePunctuation("en")(line), NormalizePunctuation("de")(other))
+        for name in ("newstest2010", "newstest2011", "newstest2012")
+        for line, other in zip(
+            *(read_lines(shared / "wmt_news_other" / "de-en" / f"{name}.{lang}")[:600] for lang in ("en", "de"))
+        )
+    ]
+    tokenized = [(Tokenize("en", True)(s), Tokenize("de", True)(t)) for s, t in raw_train]
+    assert len(train) == sum(1 <= len(s.split()) <= 80 and 1 <= len(t.split()) <= 80 for s, t in tokenized) + 1
+    valid_de = read_lines(shared / "wmt14" / "plain" / "newstest2013.de")[:300]
+    normalised = [Tokenize("de", True)(NormalizePunctuation("de")(line)) for line in valid_de]
+    # (on newstest2013 it equals fairseq's treatment, straight_apostrophe + tokenise, line for line)
+    assert [line.replace("@@ ", "") for line in read_lines(out / "valid.de")] == normalised
+    assert read_lines(out / "code")[0].startswith("#version")
+
+
+def test_wmt14_as_admin_defaults(monkeypatch, tmp_path):
+    """Without --merges / --out / --extra-tests: Admin's 32764 merges, data/wmt14.en-de.admin,
+    no further test sets; the default preparation keeps fairseq's 32000 and the B2T test sets."""
+    calls = []
+    monkeypatch.setattr(wmt14, "prepare", lambda **kw: calls.append(kw) or {"sizes": {}})
+    wmt14.main(["--as", "admin"])
+    wmt14.main([])
+    admin, default = calls
+    assert (admin["setup"], admin["out_dir"], admin["extra_tests"]) == ("admin", "data/wmt14.en-de.admin", [])
+    assert wmt14.SETUPS[admin["setup"]].merges == 32764 and admin["merges"] is None  # prepare() takes the setup's
+    assert (default["setup"], default["out_dir"], default["extra_tests"]) == (
+        "fairseq",
+        "data/wmt14.en-de",
+        list(wmt14.EXTRA_TESTS),
+    )
+    assert wmt14.SETUPS["fairseq"].merges == 32000

@@ -130,3 +130,31 @@ def test_shared_embeddings_scaled_once_by_the_encoder_factor(joined_bin):
 def test_layer_norm_flags_rejected(tiny_data_bin, flag):
     with pytest.raises(ValueError, match="T-Fixup has no LayerNorm"):
         build(tiny_data_bin, "transformer_tfixup_iwslt_de_en", *DIMS, flag)
+
+
+@pytest.mark.parametrize("stack", ["encoder", "decoder"])
+def test_qkv_biases_as_the_authors_fork(model, stack):
+    """--tfixup-qkv-bias fork (default): the fork's separate q/k/v nn.Linear keep their
+    default bias U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (std bound/sqrt(3)); fc/out biases zero."""
+    layers = getattr(model, stack).layers
+    attns = [lay.self_attn for lay in layers] + ([lay.encoder_attn for lay in layers] if stack == "decoder" else [])
+    bound = D**-0.5
+    for kind in ("q_proj", "k_proj", "v_proj"):
+        bias = torch.cat([getattr(a, kind).bias.detach() for a in attns])
+        assert bias.abs().max() <= bound and bias.std().item() == pytest.approx(bound / 3**0.5, rel=0.15), kind
+    assert all(torch.all(a.out_proj.bias == 0) for a in attns)
+
+
+@pytest.mark.parametrize("init_style", ["paper", "fairseq"])
+def test_qkv_bias_zero_option_and_init_style_has_no_say(tiny_data_bin, init_style):
+    """--tfixup-qkv-bias zero zeroes them whatever --init-style; fc1/fc2 are T-Fixup's own
+    Xavier with zero bias under both styles."""
+    model = build(
+        tiny_data_bin, "transformer_tfixup_iwslt_de_en", *DIMS, "--tfixup-qkv-bias", "zero", "--init-style", init_style
+    )[0]
+    for layer in list(model.encoder.layers) + list(model.decoder.layers):
+        attns = [layer.self_attn] + ([layer.encoder_attn] if getattr(layer, "encoder_attn", None) is not None else [])
+        assert all(torch.all(getattr(a, kind).bias == 0) for a in attns for kind in ("q_proj", "k_proj", "v_proj"))
+        assert torch.all(layer.fc1.bias == 0) and torch.all(layer.fc2.bias == 0)
+    fork = build(tiny_data_bin, "transformer_tfixup_iwslt_de_en", *DIMS, "--init-style", init_style)[0]
+    assert fork.encoder.layers[0].self_attn.q_proj.bias.abs().sum() > 0

@@ -1,21 +1,43 @@
 """DeepNet / DeepNorm (Wang et al. 2022, "DeepNet: Scaling Transformers to 1,000
 Layers"): Post-LN with an up-weighted residual, x_{i} = LN(alpha * x_{i-1} + f_i(x_{i-1})),
-and Xavier-normal initialisation with gain beta for fc1, fc2 and the attention's
-v/out projections (gain 1 for q/k), as in the paper's pseudocode (Fig. 2). The
-encoder-decoder constants, with N encoder and M decoder layers (paper Table 1):
+and a down-scaled initialisation of fc1, fc2 and the attention's v/out projections. The
+encoder-decoder residual weights, with N encoder and M decoder layers (paper Table 1;
+torchscale the same):
 
-    encoder: alpha = 0.81 (N^4 M)^(1/16),  beta = 0.87 (N^4 M)^(-1/16)
-    decoder: alpha = (3M)^(1/4),           beta = (12M)^(-1/4)
+    encoder: alpha = 0.81 (N^4 M)^(1/16)        decoder: alpha = (3M)^(1/4)
 
-It is the method the B2T paper compares against.
+The initialisation exists in two versions by its authors, ``--deepnet-init``:
+
+* ``paper`` (default; the paper's pseudo-code, Fig. 2): ``xavier_normal_`` with gain beta
+  on v/out/fc1/fc2 and gain 1 on q/k, encoder beta = 0.87 (N^4 M)^(-1/16), decoder
+  beta = (12M)^(-1/4) (Table 1). Biases stay as ``--init-style`` leaves them (zero with
+  ``paper``, ``nn.Linear``'s default with ``fairseq``);
+* ``torchscale`` (microsoft/torchscale, ``architecture/encoder.py`` and ``decoder.py``):
+  the layer's default initialisation kept, then every weight *and bias* of fc1/fc2/v/out
+  divided by the encoder's (N^4 M)^(1/16) / 1.15 or the decoder's (12M)^(1/4). Its
+  encoder factor is 1.15 (N^4 M)^(-1/16), not the paper's 0.87: the two versions' matrices
+  differ by 0.46x-1.32x in standard deviation at 6L-6L (with ``--init-style fairseq``,
+  which is torchscale's own default initialisation).
+
+alpha and beta come from the depth the model was built for: loading a checkpoint with
+``--model-overrides "{'encoder_layers_to_keep': ...}"`` keeps the alpha every kept layer
+was trained with (``encoder_layers`` / ``decoder_layers`` as trained, not the kept count).
+
+It is the method the B2T paper compares against (its Table 5, with the authors' own
+implementation of the paper: the official code was not public yet).
 """
+
+import argparse
 
 import torch
 from fairseq.models import register_model
+from omegaconf import OmegaConf
 
 from fairseq_layernorm_plugins.methods import register_method
 from fairseq_layernorm_plugins.models.base import POST_LN_ONLY, PluginTransformerModel, register_arch_family
 from fairseq_layernorm_plugins.modules import PluginDecoderLayer, PluginEncoderLayer, attentions
+
+DEEPNET_INITS = ("paper", "torchscale")
 
 
 def deepnet_encoder_constants(num_encoder_layers, num_decoder_layers):
@@ -29,19 +51,46 @@ def deepnet_decoder_constants(num_decoder_layers):
     return (3 * num_decoder_layers) ** 0.25, (12 * num_decoder_layers) ** -0.25
 
 
-class DeepNormLayerMixin:
-    """x = LN(alpha * residual + f(residual)); DeepNet's initialisation with gain beta."""
+def torchscale_encoder_divisor(num_encoder_layers, num_decoder_layers):
+    """(N^4 M)^(1/16) / 1.15: what torchscale divides the encoder's fc1/fc2/v/out by (architecture/encoder.py)."""
+    return (num_encoder_layers**4 * num_decoder_layers) ** 0.0625 / 1.15
 
-    def deepnorm_init_(self, alpha, beta):
+
+def torchscale_decoder_divisor(num_decoder_layers):
+    """(12M)^(1/4): what torchscale divides the decoder's fc1/fc2/v/out by (architecture/decoder.py)."""
+    return (12 * num_decoder_layers) ** 0.25
+
+
+def trained_depth(cfg):
+    """(N, M) the model was built for: ``cfg.deepnet_depth`` (set by the model's build_model
+    before fairseq shrinks ``encoder_layers`` to the kept layers), else the layer counts."""
+    depth = getattr(cfg, "deepnet_depth", None)
+    return tuple(depth) if depth else (cfg.encoder.layers, cfg.decoder.layers)
+
+
+class DeepNormLayerMixin:
+    """x = LN(alpha * residual + f(residual)); DeepNet's initialisation (``--deepnet-init``).
+
+    Input x (T, B, C); ``residual_connection`` returns (T, B, C)."""
+
+    def deepnorm_init_(self, cfg, alpha, beta, divisor):
         self.alpha = alpha
+        style = getattr(cfg, "deepnet_init", None) or "paper"
+        if style not in DEEPNET_INITS:
+            raise ValueError(f"--deepnet-init must be one of {', '.join(DEEPNET_INITS)}, not {style!r}")
+        scaled = [proj for attn in attentions(self) for proj in (attn.v_proj, attn.out_proj)] + [self.fc1, self.fc2]
         with torch.no_grad():
-            for attn in attentions(self):
-                for proj in (attn.q_proj, attn.k_proj):
-                    torch.nn.init.xavier_normal_(proj.weight, gain=1.0)
-                for proj in (attn.v_proj, attn.out_proj):
+            if style == "paper":
+                for attn in attentions(self):
+                    for proj in (attn.q_proj, attn.k_proj):
+                        torch.nn.init.xavier_normal_(proj.weight, gain=1.0)
+                for proj in scaled:
                     torch.nn.init.xavier_normal_(proj.weight, gain=beta)
-            for fc in (self.fc1, self.fc2):
-                torch.nn.init.xavier_normal_(fc.weight, gain=beta)
+            else:
+                for proj in scaled:
+                    for p in (proj.weight, proj.bias):
+                        if p is not None:
+                            p.div_(divisor)
 
     def residual_connection(self, x, residual):
         return residual * self.alpha + x
@@ -50,13 +99,15 @@ class DeepNormLayerMixin:
 class DeepNetEncoderLayer(DeepNormLayerMixin, PluginEncoderLayer):
     def __init__(self, cfg, return_fc=False):
         super().__init__(cfg, return_fc=return_fc)
-        self.deepnorm_init_(*deepnet_encoder_constants(cfg.encoder.layers, cfg.decoder.layers))
+        n, m = trained_depth(cfg)
+        self.deepnorm_init_(cfg, *deepnet_encoder_constants(n, m), torchscale_encoder_divisor(n, m))
 
 
 class DeepNetDecoderLayer(DeepNormLayerMixin, PluginDecoderLayer):
     def __init__(self, cfg, no_encoder_attn=False, add_bias_kv=False, add_zero_attn=False):
         super().__init__(cfg, no_encoder_attn, add_bias_kv, add_zero_attn)
-        self.deepnorm_init_(*deepnet_decoder_constants(cfg.decoder.layers))
+        _, m = trained_depth(cfg)
+        self.deepnorm_init_(cfg, *deepnet_decoder_constants(m), torchscale_decoder_divisor(m))
 
 
 @register_model("transformer_deepnet")
@@ -67,11 +118,34 @@ class TransformerDeepNetModel(PluginTransformerModel):
     decoder_layer_cls = DeepNetDecoderLayer
     incompatible_flags = POST_LN_ONLY
 
+    @staticmethod
+    def add_args(parser):
+        PluginTransformerModel.add_args(parser)
+        parser.add_argument(
+            "--deepnet-init",
+            choices=DEEPNET_INITS,
+            help="paper: the paper's pseudo-code (xavier_normal_ gain beta on v/out/fc1/fc2, gain 1 on q/k; "
+            "default); torchscale: the authors' torchscale (default init, then fc1/fc2/v/out weights and "
+            "biases divided by (N^4 M)^(1/16)/1.15 in the encoder, (12M)^(1/4) in the decoder)",
+        )
+
+    @classmethod
+    def build_model(cls, args, task):
+        if OmegaConf.is_config(args):
+            args = argparse.Namespace(**OmegaConf.to_container(args, resolve=True))
+        # fairseq sets encoder_layers to the number of --encoder-layers-to-keep before the
+        # layers are built; alpha stays the one the trained layers were trained with
+        depth = (getattr(args, "encoder_layers", None), getattr(args, "decoder_layers", None))
+        if None not in depth:  # else the architecture's defaults fill them in: the full depth
+            args.deepnet_depth = depth
+        return super().build_model(args, task)
+
 
 def deepnet_defaults(args):
     """DeepNet (Wang et al. 2022): Post-LN with DeepNorm residuals and initialisation."""
     args.encoder_normalize_before = getattr(args, "encoder_normalize_before", False)
     args.decoder_normalize_before = getattr(args, "decoder_normalize_before", False)
+    args.deepnet_init = getattr(args, "deepnet_init", None) or "paper"
 
 
 ARCHS = register_arch_family("transformer_deepnet", deepnet_defaults)

@@ -11,8 +11,12 @@ after this initialisation (paper Sec. 3.3, as in the authors' fairseq code):
   encoder: v/out projections, fc1, fc2 x 0.67 N_e^-1/4;
 * embeddings: encoder x (9 N_e)^-1/4, decoder x (9 N_d)^-1/4; one shared matrix
   (``--share-all-embeddings``) is scaled once, by the encoder factor;
-* q/k projections are left as initialised; the biases start at zero (``--init-style paper``,
-  the default: fairseq 0.8/0.9's) or at fairseq 0.12's defaults (``--init-style fairseq``).
+* q/k projections are left as initialised; fc1/fc2/out biases start at zero;
+* q/k/v biases (``--tfixup-qkv-bias``): ``fork`` (default), ``nn.Linear``'s default
+  U(-1/sqrt(fan_in), 1/sqrt(fan_in)) as in the authors' fork (fairseq 0.9: separate q/k/v
+  ``nn.Linear``, which ``MultiheadAttention.reset_parameters`` never resets), or ``zero``
+  (fairseq 0.8's ``in_proj_bias``). T-Fixup builds fc1/fc2 itself and sets these biases, so
+  ``--init-style`` changes nothing here.
 
 The authors' decoder still created an (unused) encoder-attention LayerNorm; none is
 left here, so DDP's unused-parameter check passes.
@@ -38,6 +42,15 @@ def tfixup_encoder_scale(num_encoder_layers):
     return 0.67 * num_encoder_layers**-0.25
 
 
+TFIXUP_QKV_BIASES = ("fork", "zero")
+
+
+def linear_default_bias_(bias, fan_in):
+    """nn.Linear's default bias, U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (torch.nn.Linear.reset_parameters)."""
+    bound = fan_in**-0.5
+    torch.nn.init.uniform_(bias, -bound, bound)
+
+
 def tfixup_encoder_embedding_scale(num_encoder_layers):
     """(9 N_e)^-1/4: encoder input embedding (Huang et al. 2020, Sec. 3.3)."""
     return (9 * num_encoder_layers) ** -0.25
@@ -52,10 +65,20 @@ class TFixupLayerMixin:
     def build_fc2(self, input_dim, output_dim, q_noise, qn_block_size):
         return quant_noise(XavierLinear(input_dim, output_dim), p=q_noise, block_size=qn_block_size)
 
-    def tfixup_init_(self, scale):
+    def tfixup_init_(self, cfg, scale):
         remove_layer_norms(self)
+        qkv_bias = getattr(cfg, "tfixup_qkv_bias", None) or "fork"
+        if qkv_bias not in TFIXUP_QKV_BIASES:
+            raise ValueError(f"--tfixup-qkv-bias must be one of {', '.join(TFIXUP_QKV_BIASES)}, not {qkv_bias!r}")
         with torch.no_grad():
             for attn in attentions(self):
+                for proj in (attn.q_proj, attn.k_proj, attn.v_proj):
+                    if proj.bias is None:
+                        continue
+                    if qkv_bias == "fork":
+                        linear_default_bias_(proj.bias, proj.in_features)
+                    else:
+                        proj.bias.zero_()
                 torch.nn.init.xavier_uniform_(attn.v_proj.weight, gain=1.0)
                 attn.v_proj.weight.mul_(scale)
                 attn.out_proj.weight.mul_(scale)
@@ -66,13 +89,13 @@ class TFixupLayerMixin:
 class TFixupEncoderLayer(TFixupLayerMixin, PluginEncoderLayer):
     def __init__(self, cfg, return_fc=False):
         super().__init__(cfg, return_fc=return_fc)
-        self.tfixup_init_(tfixup_encoder_scale(cfg.encoder.layers))
+        self.tfixup_init_(cfg, tfixup_encoder_scale(cfg.encoder.layers))
 
 
 class TFixupDecoderLayer(TFixupLayerMixin, PluginDecoderLayer):
     def __init__(self, cfg, no_encoder_attn=False, add_bias_kv=False, add_zero_attn=False):
         super().__init__(cfg, no_encoder_attn, add_bias_kv, add_zero_attn)
-        self.tfixup_init_(tfixup_decoder_scale(cfg.decoder.layers))
+        self.tfixup_init_(cfg, tfixup_decoder_scale(cfg.decoder.layers))
 
 
 @register_model("transformer_tfixup")
@@ -84,6 +107,16 @@ class TransformerTFixupModel(PluginTransformerModel):
     incompatible_flags = dict.fromkeys(
         ("encoder_normalize_before", "decoder_normalize_before", "layernorm_embedding"), "T-Fixup has no LayerNorm"
     )
+
+    @staticmethod
+    def add_args(parser):
+        PluginTransformerModel.add_args(parser)
+        parser.add_argument(
+            "--tfixup-qkv-bias",
+            choices=TFIXUP_QKV_BIASES,
+            help="fork: the attention's q/k/v biases at nn.Linear's default U(+-1/sqrt(fan_in)), as the "
+            "authors' fork (fairseq 0.9) leaves them (default); zero: fairseq 0.8's zero in_proj_bias",
+        )
 
     @classmethod
     def build_model(cls, args, task):
@@ -101,6 +134,7 @@ def tfixup_defaults(args):
     args.encoder_normalize_before = getattr(args, "encoder_normalize_before", False)
     args.decoder_normalize_before = getattr(args, "decoder_normalize_before", False)
     args.layernorm_embedding = getattr(args, "layernorm_embedding", False)
+    args.tfixup_qkv_bias = getattr(args, "tfixup_qkv_bias", None) or "fork"
 
 
 ARCHS = register_arch_family("transformer_tfixup", tfixup_defaults)

@@ -15,6 +15,14 @@
 5. ``fairseq-preprocess`` with a joined dictionary (``--share-all-embeddings``), or
    separate ones with ``--separate-dictionaries``.
 
+``--as admin`` is instead the Admin authors' preparation (Transformer-Clinic
+``pre-process/wmt14en-de.sh``, adapted from macaron-net): News Commentary **v12** (WMT17's
+archive) in place of v9, valid newstest2013 from WMT17's ``dev.tgz`` normalised like train
+(punctuation, non-printing characters) before tokenising, train cleaned to **1..80** tokens
+with clean-corpus-n's default ratio 9 **before** BPE (on the tokenised text), **32764** joint
+BPE merges learned on that cleaned text, nothing cleaned after BPE, no further test sets;
+written to ``data/wmt14.en-de.admin`` by default.
+
 The untokenised references (``test.raw.*``, ``valid.raw.*``) stay beside the data-bin
 for detokenised SacreBLEU; ``test.tok.*`` for tokenised (compound-split) BLEU.
 
@@ -72,11 +80,48 @@ ARCHIVES = {
     ),
 }
 DEV = ("dev.tgz", "http://statmt.org/wmt14/dev.tgz", "dev/newstest2013")
+
+
+@dataclass(frozen=True)
+class Setup:
+    """One published preparation of WMT14 En-De (``--as``): its train archives (``ARCHIVES``'
+    shape), dev archive (``DEV``'s), BPE merges, clean-corpus-n bounds (min, max, ratio) and
+    whether they apply before BPE (to tokens) or after (to subwords), whether valid is
+    punctuation-normalised like train, its output directory and further test sets."""
+
+    name: str
+    archives: dict
+    dev: tuple
+    merges: int
+    clean: tuple
+    clean_before_bpe: bool
+    normalise_valid: bool
+    out: str
+    extra_tests: tuple
+
+
+# Admin's pre-process/wmt14en-de.sh (Transformer-Clinic): NC v12 from WMT17, WMT17's dev.tgz
+ADMIN_ARCHIVES = {
+    **{name: ARCHIVES[name] for name in ("training-parallel-europarl-v7.tgz", "training-parallel-commoncrawl.tgz")},
+    "training-parallel-nc-v12.tgz": (
+        "http://data.statmt.org/wmt17/translation-task/training-parallel-nc-v12.tgz",
+        "training/news-commentary-v12.de-en",
+    ),
+}
+# the file names of its FILES list (WMT17's dev.tgz holds newstest2013 as WMT14's does)
+ADMIN_DEV = ("dev.tgz", "http://data.statmt.org/wmt17/translation-task/dev.tgz", "dev/newstest2013")
 TEST = ("test-full.tgz", "http://statmt.org/wmt14/test-full.tgz", "test-full/newstest2014-deen-{side}.{lang}.sgm")
 TEST_NAME = "newstest2014"
 # The B2T paper's test sets (Takase et al. 2023, Table 1: SacreBLEU on each and their mean)
 B2T_TEST_SETS = tuple(f"newstest{year}" for year in range(2010, 2017))
 EXTRA_TESTS = tuple(name for name in B2T_TEST_SETS if name != TEST_NAME)
+
+SETUPS = {
+    # fairseq's prepare-wmt14en2de.sh (its 40000 merges as 32000), the B2T paper's test sets
+    "fairseq": Setup("fairseq", ARCHIVES, DEV, 32000, (1, 250, 1.5), False, False, "data/wmt14.en-de", EXTRA_TESTS),
+    # Transformer-Clinic pre-process/wmt14en-de.sh: BPE_TOKENS=32764, clean-corpus-n 1 80 before BPE
+    "admin": Setup("admin", ADMIN_ARCHIVES, ADMIN_DEV, 32764, (1, 80, 9), True, True, "data/wmt14.en-de.admin", ()),
+}
 
 
 def statmt_test_set(name, src, tgt):
@@ -141,19 +186,21 @@ def archive_unpacker(steps, archive_dir, download_dir, done):
     return unpack
 
 
-def standard_sources(steps, src, tgt, archive_dir=None, download_dir="data/downloads"):
-    """Unpack the five statmt.org archives from ``archive_dir`` (each must be there) or,
-    without it, downloaded into ``download_dir``; return their Sources and the steps
-    that key them."""
+def standard_sources(steps, src, tgt, archive_dir=None, download_dir="data/downloads", setup=None):
+    """Unpack the five statmt.org archives of ``setup`` (default: fairseq's) from
+    ``archive_dir`` (each must be there) or, without it, downloaded into ``download_dir``;
+    return their Sources and the steps that key them."""
+    setup = setup or SETUPS["fairseq"]
     sources, done = Sources(), []
     unpack = archive_unpacker(steps, archive_dir, download_dir, done)
 
     langs = (src, tgt)
-    for name, (url, prefix) in ARCHIVES.items():
+    for name, (url, prefix) in setup.archives.items():
         root = unpack(name, url, [f"{prefix}.{lang}" for lang in langs])
         sources.train.append({lang: root / f"{prefix}.{lang}" for lang in langs})
-    root = unpack(DEV[0], DEV[1], [f"{DEV[2]}.{lang}" for lang in langs])
-    sources.valid.append({lang: root / f"{DEV[2]}.{lang}" for lang in langs})
+    dev_name, dev_url, dev_prefix = setup.dev
+    root = unpack(dev_name, dev_url, [f"{dev_prefix}.{lang}" for lang in langs])
+    sources.valid.append({lang: root / f"{dev_prefix}.{lang}" for lang in langs})
     test_files = {lang: TEST[2].format(side="src" if lang == src else "ref", lang=lang) for lang in langs}
     root = unpack(TEST[0], TEST[1], list(test_files.values()))
     sources.test.append({lang: root / path for lang, path in test_files.items()})
@@ -187,10 +234,11 @@ def extra_splits(names):
     return {f"test{i}": name for i, name in enumerate(names, 1)}
 
 
-def tokenize(sources, src, tgt, workers, sentencepiece, out):
+def tokenize(sources, src, tgt, workers, sentencepiece, out, normalise_valid=False):
     """Step 2: normalised (+ tokenised) train; valid/test as segmentation input
     (``{split}.{lang}``), Moses-tokenised (``{split}.tok.{lang}``, the references of
-    tokenised BLEU, with SentencePiece too) and raw (``{split}.raw.{lang}``)."""
+    tokenised BLEU, with SentencePiece too) and raw (``{split}.raw.{lang}``).
+    ``normalise_valid``: valid normalised as train before tokenising (Admin's script)."""
     splits = {split: read_split(getattr(sources, split), src, tgt) for split in ("train", "valid", "test")}
     splits.update(
         {split: read_split([sources.extra[name]], src, tgt) for split, name in extra_splits(sources.extra).items()}
@@ -200,6 +248,7 @@ def tokenize(sources, src, tgt, workers, sentencepiece, out):
             [] if sentencepiece else [Tokenize(lang, aggressive_dash_splits=True)]
         )
         tokenized_fn = Compose(straight_apostrophe, Tokenize(lang, aggressive_dash_splits=True))
+        valid_fn = Compose(NormalizePunctuation(lang), Tokenize(lang, aggressive_dash_splits=True))
         write_lines(
             out / f"train.{lang}",
             map_lines(
@@ -209,17 +258,29 @@ def tokenize(sources, src, tgt, workers, sentencepiece, out):
         for split in [name for name in splits if name != "train"]:
             lines = [p[side] for p in splits[split]]
             write_lines(out / f"{split}.raw.{lang}", lines)
-            tokenized = map_lines(tokenized_fn, lines, workers, desc=f"tokenise {split}.{lang}")
+            split_fn = valid_fn if normalise_valid and split == "valid" and not sentencepiece else tokenized_fn
+            tokenized = map_lines(split_fn, lines, workers, desc=f"tokenise {split}.{lang}")
             write_lines(out / f"{split}.tok.{lang}", tokenized)
             write_lines(
                 out / f"{split}.{lang}", [straight_apostrophe(line) for line in lines] if sentencepiece else tokenized
             )
 
 
-def segment(tok_dir, src, tgt, merges, sentencepiece, workers, extra, out):
-    """Steps 3-4: learn joint BPE (or SentencePiece) on train, apply, clean train.
+def clean_pairs(pairs, clean, workers):
+    """clean-corpus-n (min, max, ratio) over (src, tgt) pairs: the kept pairs, cleaned."""
+    kept = [p for p in map_lines(CleanCorpus(*clean), pairs, workers, desc="clean train") if p]
+    logger.info("clean-corpus %s: kept %d of %d train pairs", clean, len(kept), len(pairs))
+    return kept
+
+
+def segment(tok_dir, src, tgt, merges, sentencepiece, workers, extra, out, clean=(1, 250, 1.5), clean_before=False):
+    """Steps 3-4: learn joint BPE (or SentencePiece) on train, apply, clean train (before
+    segmenting with ``clean_before``, as Admin's script; after, as fairseq's).
     ``extra``: the further test splits (test1, ...)."""
     texts = [read_lines(tok_dir / f"train.{lang}") for lang in (src, tgt)]
+    if clean_before:
+        kept = clean_pairs(list(zip(*texts)), clean, workers)
+        texts = [[s for s, _ in kept], [t for _, t in kept]]
     if sentencepiece:
         learn_sentencepiece(texts, out / "spm", sentencepiece)
         apply = ApplySentencePiece(out / "spm.model")
@@ -228,19 +289,12 @@ def segment(tok_dir, src, tgt, merges, sentencepiece, workers, extra, out):
         apply = ApplyBPE(out / "code")
     seg = {}
     for split in ("train", "valid", "test", *extra):
-        for lang in (src, tgt):
-            seg[split, lang] = map_lines(
-                apply, read_lines(tok_dir / f"{split}.{lang}"), workers, desc=f"segment {split}.{lang}"
-            )
-    train = [
-        p
-        for p in map_lines(
-            CleanCorpus(1, 250, 1.5), list(zip(seg["train", src], seg["train", tgt])), workers, desc="clean train"
-        )
-        if p
-    ]
-    logger.info("clean-corpus: kept %d of %d train pairs", len(train), len(seg["train", src]))
-    seg["train", src], seg["train", tgt] = [s for s, _ in train], [t for _, t in train]
+        for lang, text in zip((src, tgt), texts):
+            lines = text if split == "train" else read_lines(tok_dir / f"{split}.{lang}")
+            seg[split, lang] = map_lines(apply, lines, workers, desc=f"segment {split}.{lang}")
+    if not clean_before:
+        train = clean_pairs(list(zip(seg["train", src], seg["train", tgt])), clean, workers)
+        seg["train", src], seg["train", tgt] = [s for s, _ in train], [t for _, t in train]
     for (split, lang), lines in seg.items():
         write_lines(out / f"{split}.{lang}", lines)
 
@@ -253,7 +307,7 @@ def prepare(
     download_dir="data/downloads",
     src="en",
     tgt="de",
-    merges=32000,
+    merges=None,
     sentencepiece=None,
     joined=True,
     train_pairs=None,
@@ -261,18 +315,24 @@ def prepare(
     workers=2,
     force=False,
     keep_work=False,
-    recipe="wmt14",
+    recipe=None,
     extra_tests=(),
     extra_test_dirs=(),
     test_name=TEST_NAME,
+    setup="fairseq",
 ):
     """Build the WMT data directory ``out_dir`` from ``sources`` (a Sources) or the
-    standard archives, with the further test sets ``extra_tests`` (names; see
-    :func:`extra_test_sources`); returns its stamp (sizes, options, test sets)."""
+    standard archives of ``setup`` (a name of :data:`SETUPS`), with the further test sets
+    ``extra_tests`` (names; see :func:`extra_test_sources`); returns its stamp (sizes,
+    options, test sets). ``merges``: default the setup's."""
+    setup = SETUPS[setup]
+    merges = merges or setup.merges
+    recipe = recipe or ("wmt14" if setup.name == "fairseq" else f"wmt14-{setup.name}")
+    admin_like = setup.name != "fairseq"  # keys of fairseq's setup stay as before it had a name
     out_dir = Path(out_dir)
     steps = Steps(out_dir.with_name(out_dir.name + ".work"), force)
     if sources is None:
-        sources, inputs = standard_sources(steps, src, tgt, archive_dir, download_dir)
+        sources, inputs = standard_sources(steps, src, tgt, archive_dir, download_dir, setup)
     else:
         inputs = sources.keys()
     extra_tests = [name for name in extra_tests if name != test_name]
@@ -284,20 +344,33 @@ def prepare(
     seg_name = f"spm{sentencepiece}" if sentencepiece else f"bpe{merges}"
     tok = steps.run(
         f"tokenize.{src}-{tgt}" + (".spm" if sentencepiece else ""),
-        functools.partial(tokenize, sources, src, tgt, workers, sentencepiece),
+        functools.partial(tokenize, sources, src, tgt, workers, sentencepiece, normalise_valid=setup.normalise_valid),
         inputs=inputs,
-        options={"extra_tests": extra_tests, "tokenized_references": True},
+        options={"extra_tests": extra_tests, "tokenized_references": True}
+        | ({"normalise_valid": True} if setup.normalise_valid else {}),
     )
     seg = steps.run(
         f"{seg_name}.{src}-{tgt}",
-        functools.partial(segment, tok.path, src, tgt, merges, sentencepiece, workers, list(extra)),
+        functools.partial(
+            segment,
+            tok.path,
+            src,
+            tgt,
+            merges,
+            sentencepiece,
+            workers,
+            list(extra),
+            clean=setup.clean,
+            clean_before=setup.clean_before_bpe,
+        ),
         inputs=[tok],
-        options=[merges, sentencepiece],
+        options=[merges, sentencepiece] + ([setup.clean, setup.clean_before_bpe] if admin_like else []),
     )
 
     tests = ["test", *extra]
     options = {
         "recipe": recipe,
+        **({"setup": setup.name, "clean": list(setup.clean), "clean_before_bpe": True} if admin_like else {}),
         "merges": None if sentencepiece else merges,
         "sentencepiece": sentencepiece,
         "train_pairs": train_pairs,
@@ -345,7 +418,7 @@ def prepare(
 def add_wmt_args(parser):
     parser.add_argument("--src", default="en", choices=("en", "de"))
     parser.add_argument("--tgt", default="de", choices=("en", "de"))
-    parser.add_argument("--merges", type=int, default=32000, help="joint BPE merges (default: 32000)")
+    parser.add_argument("--merges", type=int, default=None, help="joint BPE merges (default: 32000; --as admin: 32764)")
     parser.add_argument(
         "--sentencepiece",
         type=int,
@@ -389,10 +462,10 @@ def main(argv=None):
     parser.add_argument(
         "--extra-tests",
         nargs="*",
-        default=list(EXTRA_TESTS),
+        default=None,
         metavar="NAME",
-        help="further test sets, each binarised as test1, test2, ... (default: %(default)s, with newstest2014 "
-        "the rest of the B2T paper's newstest2010-2016; none: give the flag alone)",
+        help=f"further test sets, each binarised as test1, test2, ... (default: {' '.join(EXTRA_TESTS)}, with "
+        "newstest2014 the rest of the B2T paper's newstest2010-2016; --as admin: none; none: give the flag alone)",
     )
     parser.add_argument(
         "--extra-test-dir",
@@ -402,9 +475,23 @@ def main(argv=None):
         help="folders holding further test sets as NAME.LANG (plain text or .sgm); the others come from "
         "statmt.org (wmtYY-test.tgz in --archive-dir, or downloaded)",
     )
-    parser.add_argument("--out", default="data/wmt14.en-de", help="output directory (default: data/wmt14.en-de)")
+    parser.add_argument(
+        "--as",
+        dest="setup",
+        choices=sorted(SETUPS),
+        default="fairseq",
+        help="whose preparation: fairseq (prepare-wmt14en2de.sh, NC v9, clean 1-250 after BPE; default) or admin "
+        "(Transformer-Clinic pre-process/wmt14en-de.sh: NC v12, clean 1-80 before BPE, 32764 merges, no further "
+        "test sets), the data the Admin paper's WMT14 numbers come from",
+    )
+    parser.add_argument(
+        "--out", help="output directory (default: data/wmt14.en-de; --as admin: data/wmt14.en-de.admin)"
+    )
     add_wmt_args(parser)
     args = parser.parse_args(argv)
+    setup = SETUPS[args.setup]
+    if args.extra_tests is None:
+        args.extra_tests = list(setup.extra_tests)
     sources = None
     if args.train or args.valid or args.test:
         if not (args.train and args.valid and args.test):
@@ -418,7 +505,7 @@ def main(argv=None):
     return run_cli(
         parser,
         prepare,
-        out_dir=args.out,
+        out_dir=args.out or setup.out,
         sources=sources,
         archive_dir=args.archive_dir,
         download_dir=args.download_dir,
@@ -434,6 +521,7 @@ def main(argv=None):
         keep_work=args.keep_work,
         extra_tests=args.extra_tests,
         extra_test_dirs=args.extra_test_dir,
+        setup=args.setup,
     )
 
 

@@ -14,6 +14,22 @@ newstest2010-2016) has each scored the same way (``test_sets`` in the results) a
 ``generate.test_sets_lenpen`` is the length penalty for the sets other than the main one
 (the B2T authors decode newstest2014 with 0.6 and the other years with 1.0).
 Results are written as JSON beside the run.
+
+Which checkpoints are scored is the recipe's protocol (``generate:``), as each paper's authors
+evaluated:
+
+* ``average_last: N`` (default 1): the mean of the last N epoch checkpoints;
+  ``checkpoint_upper_bound: E`` makes them the last N up to epoch E (fairseq's
+  ``average_checkpoints.py --num-epoch-checkpoints N --checkpoint-upper-bound E``, as
+  Transformer-Clinic's ``eval_iwslt_de-en.sh`` / ``eval_wmt_en-de.sh``), and then all N must exist;
+* ``window_search: {size: N, last: [A, B], select_on: SUBSET}``: every window of N epoch
+  checkpoints ending at epoch A..B is averaged and scored on SUBSET, and the best one (by the
+  recipe's ``bleu`` metric; the earliest on a tie) is the result (the T-Fixup authors'
+  ``InferenceIWSLT.py``). With ``select_on: test`` the window is chosen on the test set itself,
+  an optimistic number: the results say so (``selection``) and list every window's score;
+* ``per_epoch: {first: A, last: B}``: each single epoch checkpoint A..B scored, no averaging
+  (the Pre-LN paper's per-epoch BLEU curves, its Fig. 4); the results hold the curve and the
+  last epoch's scores as the headline.
 """
 
 import json
@@ -34,13 +50,33 @@ _UPDATE = re.compile(r"checkpoint_(\d+)_(\d+)\.pt$")
 _COMPOUND = re.compile(r"(\S)-(\S)")
 
 
-def last_checkpoints(save_dir, n, kind="epoch"):
-    """The last ``n`` epoch (``checkpointE.pt``) or update (``checkpoint_E_U.pt``)
-    checkpoints, newest first; ``checkpoint_last.pt`` when there are none."""
+def numbered_checkpoints(save_dir, kind="epoch"):
+    """{epoch (or update): path} of the epoch (``checkpointE.pt``) or update
+    (``checkpoint_E_U.pt``) checkpoints in ``save_dir``."""
     pattern = _EPOCH if kind == "epoch" else _UPDATE
-    found = [(int(m.groups()[-1]), p) for p in Path(save_dir).glob("checkpoint*.pt") if (m := pattern.search(p.name))]
-    found = [p for _, p in sorted(found, reverse=True)[:n]]
+    return {int(m.groups()[-1]): p for p in Path(save_dir).glob("checkpoint*.pt") if (m := pattern.search(p.name))}
+
+
+def last_checkpoints(save_dir, n, kind="epoch", upper_bound=None):
+    """The last ``n`` epoch or update checkpoints, newest first; ``checkpoint_last.pt`` when
+    there are none. With ``upper_bound`` the last ``n`` numbered at most ``upper_bound``, and
+    fewer than ``n`` of them is an error (as fairseq's ``average_checkpoints.py``)."""
+    found = sorted(numbered_checkpoints(save_dir, kind).items(), reverse=True)
+    if upper_bound is not None:
+        found = [(number, path) for number, path in found if number <= upper_bound][:n]
+        if len(found) < n:
+            raise ValueError(f"{save_dir}: {len(found)} {kind} checkpoints up to {upper_bound}, not the {n} to average")
+    found = [p for _, p in found[:n]]
     return found or [Path(save_dir) / "checkpoint_last.pt"]
+
+
+def window_checkpoints(save_dir, size, last):
+    """The epoch checkpoints ``last - size + 1 .. last``, newest first (an error if one is missing)."""
+    epochs = numbered_checkpoints(save_dir)
+    missing = [e for e in range(last - size + 1, last + 1) if e not in epochs]
+    if missing:
+        raise ValueError(f"{save_dir}: no checkpoint{missing[0]}.pt for the window of {size} ending at epoch {last}")
+    return [epochs[e] for e in range(last, last - size, -1)]
 
 
 def average_checkpoints(paths, output):
@@ -122,17 +158,15 @@ def mean_sacrebleu(per_set):
     }
 
 
-def evaluate(run_dir, average_last=None, kind="epoch", subset="test", max_tokens=8000, cpu=None, echo=print):
-    """Evaluate the run in ``run_dir`` (its run.json); returns and writes results.json."""
+def evaluate(
+    run_dir, average_last=None, kind="epoch", subset="test", max_tokens=8000, cpu=None, echo=print, upper_bound=None
+):
+    """Evaluate the run in ``run_dir`` (its run.json) by its recipe's protocol (module
+    docstring; ``average_last`` / ``upper_bound`` override the recipe's); returns and writes
+    results.json."""
     run_dir = Path(run_dir)
     run = json.loads((run_dir / "run.json").read_text())
     gen = run.get("generate", {})
-    n = average_last or gen.get("average_last", 1)
-    checkpoints = last_checkpoints(run["save_dir"], n, kind)
-    checkpoint = checkpoints[0]
-    if len(checkpoints) > 1:
-        checkpoint = average_checkpoints(checkpoints, run_dir / f"checkpoint_avg{len(checkpoints)}.pt")
-        echo(f"averaged {len(checkpoints)} checkpoints: {', '.join(p.name for p in checkpoints)}")
     data_bin = Path(run["data"])
     root = data_bin.parent if data_bin.name == "bin" else data_bin
     stamp = json.loads((root / "stamp.json").read_text()) if (root / "stamp.json").is_file() else {}
@@ -145,13 +179,69 @@ def evaluate(run_dir, average_last=None, kind="epoch", subset="test", max_tokens
                 f"{root}: prepared without {', '.join(missing)} (the recipe scores {', '.join(test_sets)}); "
                 "prepare it again with scripts/prepare_wmt14.py, which adds newstest2010-2016 by default"
             )
+    lenpen = gen.get("lenpen", 1.0)
+    headline = gen.get("bleu", "sacrebleu")
 
-    def translate_and_score(split, lenpen):
+    def translate_and_score(checkpoint, split, lenpen):
         spm = bool(stamp.get("sentencepiece"))
         return score_subset(run, run_dir, data_bin, root, checkpoint, split, lenpen, spm, max_tokens, cpu)
 
-    lenpen = gen.get("lenpen", 1.0)
-    scores, sentences = translate_and_score(subset, lenpen)
+    def averaged(paths):
+        if len(paths) == 1:
+            return paths[0]
+        echo(f"averaged {len(paths)} checkpoints: {', '.join(p.name for p in paths)}")
+        return average_checkpoints(paths, run_dir / f"checkpoint_avg{len(paths)}.pt")
+
+    def main_metric(scores):
+        return scores[headline]["score"] if headline in scores else next(iter(scores.values()))["score"]
+
+    protocol = {}
+    if gen.get("per_epoch") and average_last is None:
+        first, last = gen["per_epoch"]["first"], gen["per_epoch"]["last"]
+        epochs = numbered_checkpoints(run["save_dir"])
+        curve = []
+        for epoch in range(first, last + 1):
+            if epoch not in epochs:
+                raise ValueError(f"{run['save_dir']}: no checkpoint{epoch}.pt for the per-epoch curve {first}-{last}")
+            epoch_scores, sentences = translate_and_score(epochs[epoch], subset, lenpen)
+            curve.append({"epoch": epoch, "bleu": epoch_scores})
+            echo(f"{run['recipe']} epoch {epoch}: {headline} {main_metric(epoch_scores):.2f}")
+        checkpoints, scores = [epochs[last]], curve[-1]["bleu"]
+        checkpoint = checkpoints[0]
+        protocol = {"protocol": f"single epoch checkpoints {first}-{last}, no averaging", "curve": curve}
+    elif gen.get("window_search") and average_last is None:
+        search = gen["window_search"]
+        size, (first, last), select_on = search["size"], search["last"], search.get("select_on", "valid")
+        windows, best = [], None
+        for end in range(first, last + 1):
+            paths = window_checkpoints(run["save_dir"], size, end)
+            window_scores, _ = translate_and_score(averaged(paths), select_on, lenpen)
+            windows.append({"epochs": [end - size + 1, end], "bleu": window_scores})
+            if best is None or main_metric(window_scores) > main_metric(best[1]):  # strict: the earliest best
+                best = (paths, window_scores, end)
+            echo(f"{run['recipe']} epochs {end - size + 1}-{end} on {select_on}: {main_metric(window_scores):.2f}")
+        checkpoints = best[0]
+        protocol = {
+            "protocol": f"best average of {size} consecutive epoch checkpoints ending at epoch {first}-{last}",
+            "selection": f"chosen on the {select_on} set"
+            + (
+                " itself (the authors' protocol): an optimistic number, not a held-out one"
+                if select_on == subset
+                else ""
+            ),
+            "windows": windows,
+            "chosen_epochs": [best[2] - size + 1, best[2]],
+        }
+        checkpoint = averaged(checkpoints)  # scored again, so the hypotheses beside the run are the chosen window's
+        scores, sentences = translate_and_score(checkpoint, subset, lenpen)
+    else:
+        n = average_last or gen.get("average_last", 1)
+        bound = upper_bound if upper_bound is not None else gen.get("checkpoint_upper_bound")
+        checkpoints = last_checkpoints(run["save_dir"], n, kind, bound)
+        checkpoint = averaged(checkpoints)
+        scores, sentences = translate_and_score(checkpoint, subset, lenpen)
+        if bound is not None:
+            protocol = {"protocol": f"average of the last {n} {kind} checkpoints up to {kind} {bound}"}
     result = {
         "recipe": run["recipe"],
         "depth": run.get("depth"),
@@ -159,6 +249,7 @@ def evaluate(run_dir, average_last=None, kind="epoch", subset="test", max_tokens
         "subset": subset,
         "sentences": sentences,
         "checkpoints": [str(p) for p in checkpoints],
+        **protocol,
         "beam": gen.get("beam", 5),
         "lenpen": lenpen,
         "bleu": scores,
@@ -172,13 +263,12 @@ def evaluate(run_dir, average_last=None, kind="epoch", subset="test", max_tokens
                 per_set[name] = {**scores, "lenpen": lenpen}
             else:
                 other = gen.get("test_sets_lenpen", lenpen)
-                per_set[name] = {**translate_and_score(split, other)[0], "lenpen": other}
+                per_set[name] = {**translate_and_score(checkpoint, split, other)[0], "lenpen": other}
             echo(
                 f"{run['recipe']} {run.get('depth')}: {name} ({split}): SacreBLEU {per_set[name]['sacrebleu']['score']:.2f}"
             )
         result["test_sets"] = per_set
         scores["sacrebleu_mean"] = mean_sacrebleu(per_set)
-    headline = gen.get("bleu", "sacrebleu")
     result["headline"] = headline if headline in scores else next(iter(scores), None)
     write_json(run_dir / "results.json", result)
     for _metric, value in scores.items():

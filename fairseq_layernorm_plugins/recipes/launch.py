@@ -70,7 +70,9 @@ class Launch:
         precision = self.precision or self.recipe.data.get("precision", "fp32")
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, not {precision!r}")
-        return "fp32" if self.cpu_workers else precision  # fairseq: mixed precision needs a GPU
+        if self.cpu_workers and not self.precision:
+            return "fp32"  # a GPU recipe's precision; on a CPU fp16/bf16 only when asked for (--precision)
+        return precision
 
     def plan(self):
         return batch_plan(self.recipe.tokens_per_update, self.recipe.max_tokens, self.workers)
