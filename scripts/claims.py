@@ -98,7 +98,7 @@ CLAIMS = {
         baseline="postln warm-up",
     ),
     "admin": Claim(
-        paper="Admin (Liu et al. 2020), Table 1 / Fig. 1",
+        paper="Admin (Liu et al. 2020), Table 2 / Fig. 1",
         statement="At depth with warm-up (the Admin recipe: lr 1e-3, RAdam; Adam too), Post-LN fails or lags, "
         "Admin trains and ends at or above Pre-LN.",
         depth="12L-12L",
