@@ -14,6 +14,13 @@ makes to fairseq's own behaviour, each named:
 * ``keep_last_batch`` (fairseq 0.12.3 / main, so fairseq-fixed): ``batch_by_size`` drops
   the last batch of every split (up to 7 sentences). Applied when one of the plugin's
   models is built, so fairseq's own archs batch as without the plugin.
+* ``resume_batches`` (fairseq 0.12.3 / main, so fairseq-fixed): the training set is cut into
+  batches with the seed plus the epoch at which its batch iterator is made. A run started at
+  epoch 1 makes it once and keeps those batches (only their order changes with the epoch);
+  a run resumed from ``checkpointE.pt`` makes it at epoch E + 1 and trains on batches of
+  other sentences from there on, so it does not reproduce the uninterrupted run (fairseq's
+  own test_reproducibility fails, stock ``transformer`` included). Applied when one of the
+  plugin's models is built, like ``keep_last_batch``.
 
 Turn any of them off with ``FAIRSEQ_LAYERNORM_PLUGINS_NO_PATCH=name[,name...]`` (or
 ``all``). Admin's profiling hook on fairseq's ``Trainer`` is the method itself, not a
@@ -60,7 +67,7 @@ def check_fairseq():
         raise UnsupportedFairseqError(problem) from None
 
 
-PATCHES = ("checkpoint_loading", "bf16_without_tpu", "fp16_on_cpu", "keep_last_batch")
+PATCHES = ("checkpoint_loading", "bf16_without_tpu", "fp16_on_cpu", "keep_last_batch", "resume_batches")
 SWITCH = "FAIRSEQ_LAYERNORM_PLUGINS_NO_PATCH"
 
 
@@ -81,6 +88,7 @@ def apply(name):
             "bf16_without_tpu": bf16_without_tpu,
             "fp16_on_cpu": fp16_on_cpu,
             "keep_last_batch": keep_last_batch,
+            "resume_batches": resume_batches,
         }[name]()
 
 
@@ -150,6 +158,76 @@ def _wrap_call_main(name, adjust):
     call_main.patches = (*getattr(original, "patches", ()), name)
     call_main.__doc__ = original.__doc__
     distributed_utils.call_main = call_main
+
+
+def _batches_depend_on_start_epoch(get_batch_iterator):
+    """True if ``get_batch_iterator`` (``FairseqTask``'s) cuts a dataset whose order is random
+    into other batches when its iterator is made at epoch 2 than at epoch 1."""
+    import numpy as np
+    from fairseq.data import FairseqDataset
+    from fairseq.tasks import FairseqTask
+
+    class Shuffled(FairseqDataset):
+        def __getitem__(self, index):
+            return index
+
+        def __len__(self):
+            return 64
+
+        def num_tokens(self, index):
+            return 1
+
+        def size(self, index):
+            return 1
+
+        def ordered_indices(self):
+            return np.random.permutation(len(self))
+
+    def batches(epoch):
+        iterator = get_batch_iterator(FairseqTask(None), Shuffled(), max_sentences=8, seed=1, epoch=epoch)
+        return [list(batch) for batch in iterator.frozen_batches]
+
+    return batches(1) != batches(2)
+
+
+def resume_batches():
+    """Cut the training set into the same batches whatever epoch a run starts at (fairseq main).
+
+    fairseq main's ``FairseqTask.get_batch_iterator`` orders the dataset for batching under
+    ``numpy_seed(seed + epoch)`` (fairseq 0.12.2: ``seed``), ``epoch`` being the one the
+    iterator is made at. ``fairseq-train`` makes the training iterator once and reuses it
+    for every later epoch, so an uninterrupted run trains on epoch 1's batches throughout;
+    a run resumed at epoch E makes its iterator at E, and its batches hold other sentences
+    (same-length sentences are ordered at random). This wrapper makes every iterator's
+    batches those of epoch 1, as an uninterrupted run has them, and leaves the shuffling
+    of the batches in each epoch (``seed + epoch``) as it is; an uninterrupted run is
+    unchanged. ``--rebuild-batches`` (batches cut again every epoch) is left alone.
+    """
+    import inspect
+
+    from fairseq.tasks import FairseqTask
+
+    original = FairseqTask.get_batch_iterator
+    if getattr(original, "resume_batches", False) or not _batches_depend_on_start_epoch(original):
+        return
+    signature = inspect.signature(original)
+
+    def get_batch_iterator(self, *args, **kwargs):
+        call = signature.bind(self, *args, **kwargs)
+        call.apply_defaults()
+        seed, epoch, dataset = call.arguments["seed"], call.arguments["epoch"], call.arguments["dataset"]
+        if epoch == 1 or getattr(self.cfg, "rebuild_batches", False):
+            return original(*call.args, **call.kwargs)
+        cached = self.dataset_to_epoch_iter.get(dataset)
+        call.arguments["seed"] = seed + 1 - epoch  # batches ordered under seed + 1, as at epoch 1
+        iterator = original(*call.args, **call.kwargs)
+        if iterator is not cached:
+            iterator.seed = seed  # each epoch's order of the batches: seed + epoch, as before
+        return iterator
+
+    get_batch_iterator.__doc__ = original.__doc__
+    get_batch_iterator.resume_batches = True
+    FairseqTask.get_batch_iterator = get_batch_iterator
 
 
 def bf16_without_tpu():

@@ -14,6 +14,7 @@ iterator, the run's seed) and omega is then broadcast from rank 0, so all ranks
 start identical.
 """
 
+import copy
 import logging
 import os
 import time
@@ -89,6 +90,24 @@ def profile_admin_(model, batches, mask_padding=False):
     return report
 
 
+HALF = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def profile_in_precision_(model, batches, precision="fp32", mask_padding=False):
+    """:func:`profile_admin_` in ``precision``: fp32 on ``model`` itself; fp16 / bf16 on a half
+    copy (the authors profile inside an ``--fp16`` run), whose omegas, as computed (Python
+    floats), are then set in ``model``. Returns the profile report."""
+    if precision == "fp32":
+        return profile_admin_(model, batches, mask_padding)
+    report = profile_admin_(copy.deepcopy(model).to(HALF[precision]), batches, mask_padding)
+    stacks = model.admin_layers()
+    with torch.no_grad():
+        for stack, rows in report.items():
+            for row in rows:
+                stacks[stack][row["layer"]].omega[row["sublayer"]].fill_(row["omega"])
+    return report
+
+
 def padding_masks(model, sample):
     """{"encoder": (B, S), "decoder": (B, T)} True at padding, as fairseq's encoder and
     decoder compute them from the source tokens and the previous output tokens."""
@@ -117,12 +136,24 @@ def omega_keys(state):
     return [key for key in state if key.endswith(".omega")]
 
 
+def load_split_aside(task, split):
+    """``split`` as fairseq's trainer loads it for epoch 1, leaving ``task.datasets`` as it was.
+
+    fairseq's ``Trainer`` loads the training split itself, and some tasks' ``load_dataset``
+    does not expect to find it loaded already: ``translation_multi_simple_epoch`` then
+    fails with an UnboundLocalError (``shard_epoch``), and a sharded task would move on to
+    its next shard. A split already loaded is used as it is."""
+    if split in task.datasets:
+        return task.datasets[split]
+    task.load_dataset(split, epoch=1, combine=True)
+    return task.datasets.pop(split)
+
+
 def profiling_batches(cfg, task, model, num_batches):
-    """The first ``num_batches`` training batches of epoch 1, the same on every rank."""
-    subset = cfg.dataset.train_subset
-    task.load_dataset(subset, epoch=1, combine=True)
+    """The first ``num_batches`` training batches of epoch 1, the same on every rank; the
+    task is left as it was (:func:`load_split_aside`, no cached epoch iterator)."""
     iterator = task.get_batch_iterator(
-        dataset=task.dataset(subset),
+        dataset=load_split_aside(task, cfg.dataset.train_subset),
         max_tokens=cfg.dataset.max_tokens,
         max_sentences=cfg.dataset.batch_size,
         max_positions=(model.max_positions()),
@@ -132,6 +163,7 @@ def profiling_batches(cfg, task, model, num_batches):
         num_shards=1,
         shard_id=0,
         epoch=1,
+        disable_iterator_cache=True,
     ).next_epoch_itr(shuffle=True)
     device = next(model.parameters()).device
     batches = []
@@ -166,8 +198,11 @@ def maybe_profile(cfg, task, model):
     if torch.cuda.is_available() and not cfg.common.cpu:
         model.cuda()
     start = time.perf_counter()
-    report = profile_admin_(
-        model, profiling_batches(cfg, task, model, args.admin_profile_batches), args.admin_profile_mask_padding
+    report = profile_in_precision_(
+        model,
+        profiling_batches(cfg, task, model, args.admin_profile_batches),
+        getattr(args, "admin_profile_precision", "fp32"),
+        args.admin_profile_mask_padding,
     )
     seconds = time.perf_counter() - start
     if torch.distributed.is_available() and torch.distributed.is_initialized():

@@ -56,14 +56,19 @@ def captured_logs():
 
 
 @contextlib.contextmanager
-def captured_trainers():
-    """The fairseq ``Trainer`` objects built inside the block."""
+def captured_trainers(keep_model_at_start=False):
+    """The fairseq ``Trainer`` objects built inside the block; with ``keep_model_at_start``
+    each holds an fp32 copy of its model as built (after Admin's profiling) as ``.start_model``."""
+    import copy
+
     from fairseq.trainer import Trainer
 
     trainers, init = [], Trainer.__init__
 
-    def capturing_init(self, *args, **kwargs):
-        init(self, *args, **kwargs)
+    def capturing_init(self, cfg, task, model, *args, **kwargs):
+        init(self, cfg, task, model, *args, **kwargs)
+        if keep_model_at_start:
+            self.start_model = copy.deepcopy(model).float()
         trainers.append(self)
 
     Trainer.__init__ = capturing_init
@@ -73,9 +78,10 @@ def captured_trainers():
         Trainer.__init__ = init
 
 
-def fairseq_train(data_bin, save_dir, arch, *flags, updates=UPDATES):
+def fairseq_train(data_bin, save_dir, arch, *flags, updates=UPDATES, keep_model_at_start=False):
     """``fairseq-train`` in this process: returns its :class:`JsonRecords`, with the
-    trainer's model (in the precision it trained in) as ``.model``."""
+    trainer's model (in the precision it trained in) as ``.model`` and, with
+    ``keep_model_at_start``, an fp32 copy of it before the first update as ``.start_model``."""
     from fairseq import options
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from fairseq.distributed import utils as distributed_utils
@@ -90,9 +96,10 @@ def fairseq_train(data_bin, save_dir, arch, *flags, updates=UPDATES):
         *map(str, flags),
     ]
     cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), argv))
-    with captured_logs() as logs, captured_trainers() as trainers:
+    with captured_logs() as logs, captured_trainers(keep_model_at_start) as trainers:
         distributed_utils.call_main(cfg, train.main)
     logs.model = trainers[-1].model
+    logs.start_model = getattr(trainers[-1], "start_model", None)
     return logs
 
 
@@ -203,6 +210,34 @@ def test_admin_profiles_before_the_half_conversion(precision, tiny_data_bin, tmp
     for stack in ("encoder", "decoder"):
         assert [r["omega"] for r in profiles[precision][stack]] == [r["omega"] for r in profiles["fp32"][stack]]
         assert all(r["omega"] > 1 for r in profiles["fp32"][stack][1:])  # a real profile, not omega = 1
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_admin_profile_precision_profiles_a_half_copy(precision, tiny_data_bin, tmp_path):
+    """``--admin-profile-precision fp16|bf16``: the profiling pass runs in half precision (as
+    the authors' profiling run under ``--fp16``): omegas near the fp32 profile's but not equal,
+    and set in the model as profiled (fairseq then rounds them with the model's other weights)."""
+    profiles = {}
+    for name, flags in (("fp32", ()), (precision, ("--admin-profile-precision", precision))):
+        logs = fairseq_train(
+            tiny_data_bin,
+            tmp_path / name,
+            "transformer_admin",
+            *flags,
+            "--admin-profile-json",
+            tmp_path / f"{name}.json",
+            updates=1,
+            keep_model_at_start=True,
+        )
+        profiles[name] = (json.loads((tmp_path / f"{name}.json").read_text()), logs.start_model)
+    ulp = {"fp16": 2**-10, "bf16": 2**-7}[precision]
+    for stack in ("encoder", "decoder"):
+        exact = [r["omega"] for r in profiles["fp32"][0][stack]]
+        half = [r["omega"] for r in profiles[precision][0][stack]]
+        assert half != exact and half == pytest.approx(exact, rel=32 * ulp)
+        model = profiles[precision][1]
+        trained = [getattr(model, stack).layers[r["layer"]].omega[r["sublayer"]] for r in profiles[precision][0][stack]]
+        assert all(torch.equal(t, torch.full_like(t, w)) for t, w in zip(trained, half))
 
 
 def test_amp_without_cuda_is_refused_in_one_line(tiny_data_bin, tmp_path):

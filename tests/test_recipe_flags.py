@@ -91,6 +91,7 @@ NOT_CARRIED = {
     "--eval-bleu-detok": "as --eval-bleu",
     "--min-lr": "1e-9: never reached by an inverse-sqrt schedule in these runs (fairseq 0.12: --stop-min-lr)",
     "--decay-val": "not used by --sampling-method worddrop (their replace_input_tokens)",
+    "--sampling-method": "worddrop: on whenever --enc/--dec-replace-rate > 0 (fairseq's multilingual task owns the name)",
     "--seed": "fairseq-ln-train --seed (checked separately)",
 }
 # ours, not theirs, in every recipe: why each changes nothing they set

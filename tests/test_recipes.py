@@ -14,24 +14,6 @@ from fairseq_layernorm_plugins.recipes.launch import Launch, batch_plan, run_log
 ALL = [(name, depth) for name in list_recipes() for depth in load_recipe(name).depths or [None]]
 
 
-def word_dropout_registered():
-    """Whether --sampling-method is a plugin model option yet (models/base.py registers it)."""
-    from fairseq import options
-
-    try:
-        options.parse_args_and_arch(
-            options.get_training_parser(), ["bin", "--arch", "transformer_b2t", "--sampling-method", "none"]
-        )
-    except SystemExit:
-        return False
-    return True
-
-
-def skip_without_word_dropout(recipe):
-    if recipe.fairseq["model"].get("sampling_method") and not word_dropout_registered():
-        pytest.skip("word dropout's options are registered for every arch by models/base.py (pending)")
-
-
 def parsed(launch, data_bin):
     """fairseq-train's parse of a launch's arguments (the data path replaced by ``data_bin``)."""
     argv = launch.fairseq_args()[1:]
@@ -42,7 +24,6 @@ def parsed(launch, data_bin):
 @pytest.mark.parametrize("name, depth", ALL, ids=[f"{n}@{d}" for n, d in ALL])
 def test_every_recipe_is_a_valid_fairseq_command_meaning_the_recipe(name, depth, tiny_data_bin):
     recipe = load_recipe(name).with_depth(depth)
-    skip_without_word_dropout(recipe)
     launch = Launch(recipe, str(tiny_data_bin), "/tmp/unused", gpus=4)
     args = parsed(launch, tiny_data_bin)
     groups = recipe.fairseq
@@ -184,14 +165,9 @@ def test_b2t_2023_release(tiny_data_bin):
     assert recipe.depths == ["6L-6L", "18L-18L", "100L-100L"] and recipe.data["paper"]["bleu"] == {"18L-18L": 27.52}
     shallow = _args("wmt14/b2t_released/2023/b2t", "6L-6L", tiny_data_bin)
     assert (shallow.dropout, shallow.clip_norm, shallow.fp16, shallow.b2t_weight_rescale) == (0.3, 0.1, True, True)
-    assert getattr(shallow, "sampling_method", None) in (None, "none")
+    assert not getattr(shallow, "enc_replace_rate", None) and not getattr(shallow, "dec_replace_rate", None)
     model = recipe.with_depth("18L-18L").fairseq["model"]
-    assert (model["dropout"], model["sampling_method"], model["enc_replace_rate"], model["dec_replace_rate"]) == (
-        0.5,
-        "worddrop",
-        0.1,
-        0.1,
-    )
+    assert (model["dropout"], model["enc_replace_rate"], model["dec_replace_rate"]) == (0.5, 0.1, 0.1)
     assert recipe.with_depth("100L-100L").fairseq["optimization"]["max_update"] == 25000
 
 

@@ -183,7 +183,9 @@ def test_evaluate_scores_each_set_and_their_mean(prepared, tmp_path):
     assert json.loads((run_dir / "results.json").read_text()) == result
 
 
-@pytest.mark.parametrize("name", ["wmt14/b2t/b2t", "wmt14/b2t_released/2022/b2t", "wmt14/b2t_released/2023/b2t", "wmt14/b2t/preln"])
+@pytest.mark.parametrize(
+    "name", ["wmt14/b2t/b2t", "wmt14/b2t_released/2022/b2t", "wmt14/b2t_released/2023/b2t", "wmt14/b2t/preln"]
+)
 def test_b2t_recipes_compare_on_the_mean_of_newstest2010_2016(name):
     recipe = load_recipe(name)
     assert recipe.data["generate"]["test_sets"] == list(wmt14.B2T_TEST_SETS)

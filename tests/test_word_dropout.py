@@ -1,11 +1,12 @@
-"""Word dropout (the B2T authors' ``--sampling-method worddrop``) on every plugin arch: the
+"""Word dropout (the B2T authors' ``--sampling-method worddrop``, here ``--enc-replace-rate`` /
+``--dec-replace-rate``) on every plugin arch: the
 formula of their fork, training only, the weights untouched (shared and tied ones too)."""
 
 import argparse
 
 import pytest
 import torch
-from conftest import TINY_MODEL, build, parse, plugin_archs
+from conftest import TINY_MODEL, build, plugin_archs
 
 from fairseq_layernorm_plugins.modules.word_dropout import (
     WordDropoutEmbedding,
@@ -16,8 +17,8 @@ from fairseq_layernorm_plugins.modules.word_dropout import (
 MODELS = sorted(set(plugin_archs().values()))  # one arch per registered model: the registry decides
 
 
-def options(enc=0.3, dec=0.2, method="worddrop"):
-    return argparse.Namespace(sampling_method=method, enc_replace_rate=enc, dec_replace_rate=dec)
+def options(enc=0.3, dec=0.2):
+    return argparse.Namespace(enc_replace_rate=enc, dec_replace_rate=dec)
 
 
 def test_the_forks_formula():
@@ -39,11 +40,9 @@ def test_the_forks_formula():
 
 
 def test_options():
-    assert word_dropout_rates(options(method="none", enc=0, dec=0)) == (0.0, 0.0)
+    assert word_dropout_rates(options(enc=0, dec=0)) == (0.0, 0.0)
     assert word_dropout_rates(argparse.Namespace()) == (0.0, 0.0)
     assert word_dropout_rates(options()) == (0.3, 0.2)
-    with pytest.raises(ValueError, match="need --sampling-method worddrop"):
-        word_dropout_rates(options(method="none"))
     with pytest.raises(ValueError, match=r"in \[0, 1\)"):
         word_dropout_rates(options(enc=1.0))
 
@@ -95,22 +94,13 @@ def test_scripts_with_torchscript():
     torch.testing.assert_close(scripted(tokens), layer(tokens))
 
 
-def registered():
-    try:
-        parse("/tmp", "transformer_postln", "--sampling-method", "worddrop")
-    except SystemExit:
-        return False
-    return True
-
-
-@pytest.mark.skipif(not registered(), reason="the options are registered for every arch by models/base.py (pending)")
 def test_command_line_options_on_every_arch(tiny_data_bin):
     for model_name in MODELS:
         model = build(
             tiny_data_bin,
             model_name,
             *TINY_MODEL,
-            *("--sampling-method", "worddrop", "--enc-replace-rate", "0.1", "--dec-replace-rate", "0.1"),
+            *("--enc-replace-rate", "0.1", "--dec-replace-rate", "0.1"),
         )[0]
         assert model.encoder.embed_tokens.p == model.decoder.embed_tokens.p == 0.1, model_name
         plain = build(tiny_data_bin, model_name, *TINY_MODEL)[0]

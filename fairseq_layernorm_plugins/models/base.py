@@ -9,7 +9,7 @@ A method module subclasses fairseq's layers (overriding their hooks), subclasses
 import argparse
 import copy
 
-from fairseq.models import register_model_architecture
+from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_NAME_REGISTRY, MODEL_REGISTRY, register_model_architecture
 from fairseq.models.transformer import TransformerConfig, TransformerModel
 from fairseq.models.transformer import transformer_legacy as fairseq_archs
 from omegaconf import OmegaConf
@@ -22,6 +22,7 @@ from fairseq_layernorm_plugins.modules import (
     PluginTransformerDecoder,
     PluginTransformerEncoder,
 )
+from fairseq_layernorm_plugins.modules.word_dropout import add_word_dropout_args, install_word_dropout
 
 
 class PluginTransformerModel(TransformerModel):
@@ -51,6 +52,7 @@ class PluginTransformerModel(TransformerModel):
             "scaled_dot_product_attention path, as fairseq already runs self-attention (same results "
             "within float rounding; modules/attention.py)",
         )
+        add_word_dropout_args(parser)  # --enc/dec-replace-rate (the B2T fork's worddrop), every arch
 
     @classmethod
     def build_model(cls, args, task):
@@ -58,11 +60,31 @@ class PluginTransformerModel(TransformerModel):
             # fairseq-hydra-train passes a DictConfig, from which fairseq's TransformerConfig
             # keeps only its own fields: the method's options would be silently dropped
             args = argparse.Namespace(**OmegaConf.to_container(args, resolve=True))
+        cls.architecture_defaults(args)
         for flag, why in cls.incompatible_flags.items():
             if getattr(args, flag, False):
                 raise ValueError(f"{args.arch}: drop --{flag.replace('_', '-')} ({why})")
         _compat.apply("keep_last_batch")  # for the plugin's archs only (see _compat)
-        return super().build_model(args, task)
+        _compat.apply("resume_batches")
+        return install_word_dropout(super().build_model(args, task), args)
+
+    @classmethod
+    def architecture_defaults(cls, args):
+        """Fill in what ``args`` lacks with the method's defaults, as fairseq's own
+        ``TransformerModel.build_model`` calls ``base_architecture(args)``: the function of
+        ``args.arch`` when it is one of this model's architectures, else of the method's base
+        architecture. Args no architecture function has seen (``Model.build_model(args, task)``
+        from a parser or a notebook) then build the method's model, not fairseq's Post-LN
+        transformer; values already in ``args`` win, so args from the command line or a
+        checkpoint are left as they are."""
+        model_name = registered_name(cls)
+        arch = getattr(args, "arch", None)
+        if model_name is None:  # not a registered method: the plugin's own defaults at base size
+            plugin_architecture(args, lambda args: None, fairseq_archs.base_architecture)
+        elif ARCH_MODEL_NAME_REGISTRY.get(arch) == model_name:
+            ARCH_CONFIG_REGISTRY[arch](args)
+        else:
+            ARCH_CONFIG_REGISTRY[model_name](args)
 
     def __prepare_scriptable__(self):
         """``torch.jit.script(model)`` scripts a deep copy, so the scripted model holds its own
@@ -109,6 +131,25 @@ ARCH_SIZES = {
 ARCH_FAMILIES = {}
 
 
+def plugin_architecture(args, method_defaults, size_defaults):
+    """What every plugin architecture sets, in place: the method's own defaults, then the
+    plugin's options, then fairseq's defaults for the size."""
+    method_defaults(args)  # first: a method may set its authors' own init_style
+    args.init_style = getattr(args, "init_style", "paper")
+    args.fused_attention = getattr(args, "fused_attention", False)
+    size_defaults(args)
+
+
+def registered_name(model_cls):
+    """The name ``model_cls`` (or its nearest base class) is registered under with an
+    architecture family (:func:`register_arch_family`), or None."""
+    for klass in model_cls.__mro__:
+        for name in ARCH_FAMILIES:
+            if MODEL_REGISTRY.get(name) is klass:
+                return name
+    return None
+
+
 def register_arch_family(model_name, method_defaults):
     """Register ``model_name`` + each suffix of :data:`ARCH_SIZES` as architectures.
 
@@ -123,10 +164,7 @@ def register_arch_family(model_name, method_defaults):
         arch_name = model_name + suffix
 
         def arch(args, size_defaults=size_defaults):
-            method_defaults(args)  # first: a method may set its authors' own init_style
-            args.init_style = getattr(args, "init_style", "paper")
-            args.fused_attention = getattr(args, "fused_attention", False)
-            size_defaults(args)
+            plugin_architecture(args, method_defaults, size_defaults)
 
         arch.__name__ = arch.__qualname__ = arch_name
         arch.__doc__ = f"{method_defaults.__doc__ or model_name} Sizes: {size_defaults.__name__}."

@@ -19,6 +19,9 @@ Post-LN with a per-sub-layer vector omega on the residual (Sec. 4.3, Eq. 5):
   omega is the mean of its N values (the paper uses one batch). Profiling runs inside
   ``fairseq-train``, just before fairseq's Trainer is built, with every layer run
   (LayerDrop off for the pass); see :mod:`fairseq_layernorm_plugins.admin_profiling`.
+  ``--admin-profile-precision fp16`` profiles a half copy of the model, as the authors'
+  profiling run did under ``--fp16`` (default fp32: omega independent of the training
+  precision; docs/mixed_precision.md gives the difference).
 * ``closed-logn`` / ``closed-n`` / ``closed-1``: the authors' later admin-torch closed
   forms, one omega = sqrt(v) per stack for an O(log n) / O(n) / O(1) output change,
   n = number of residual sub-layers of the stack (2 N_e or 3 N_d).
@@ -42,6 +45,7 @@ from fairseq_layernorm_plugins.modules import (
 )
 
 ADMIN_INITS = ("profile", "closed-logn", "closed-n", "closed-1", "none")
+ADMIN_PROFILE_PRECISIONS = ("fp32", "fp16", "bf16")
 
 
 def admin_closed_form_omega(num_sublayers, scale):
@@ -148,6 +152,13 @@ class TransformerAdminModel(PluginTransformerModel):
         parser.add_argument(
             "--admin-profile-json", help="also write the profiled variances and omega to this JSON file"
         )
+        parser.add_argument(
+            "--admin-profile-precision",
+            choices=ADMIN_PROFILE_PRECISIONS,
+            help="precision of the profiling pass: fp32 (default: the same omega whatever the training "
+            "precision), or fp16 / bf16 (a half copy of the model, as the authors' scripts profile inside an "
+            "--fp16 run); omega is then set in the fp32 model, which fairseq converts as usual",
+        )
 
     @classmethod
     def build_model(cls, args, task):
@@ -185,6 +196,7 @@ def admin_defaults(args):
     args.admin_profile_batches = getattr(args, "admin_profile_batches", 1)
     args.admin_profile_mask_padding = getattr(args, "admin_profile_mask_padding", False)
     args.admin_profile_json = getattr(args, "admin_profile_json", None)
+    args.admin_profile_precision = getattr(args, "admin_profile_precision", "fp32")
 
 
 ARCHS = register_arch_family("transformer_admin", admin_defaults)

@@ -1,14 +1,15 @@
 """Word dropout on the input embeddings, the perturbation the B2T authors' README recommends
-for deep models (``--sampling-method worddrop --enc-replace-rate P --dec-replace-rate P``;
+for deep models (their ``--sampling-method worddrop --enc-replace-rate P --dec-replace-rate P``;
 Takase & Kiyono 2021, "Rethinking Perturbations in Encoder-Decoders for Fast Training").
 
 As their fork applies it (takase/b2t_connection, ``fairseq/models/transformer.py``,
 ``replace_input_tokens``): in training only, each token's embedding vector, before the
 sqrt(d) scale and the positions are added, is zeroed with probability P, with no
 rescaling of the kept ones; on the decoder side the first position (the EOS that starts
-every target) is always kept. The options keep the fork's names so its command lines carry
-over; of its other ``--sampling-method`` choices only ``worddrop`` is offered (its
-``--decay-val`` does not enter ``worddrop``).
+every target) is always kept. The rates keep the fork's names; a rate above 0 turns it on,
+which is their ``--sampling-method worddrop`` (that option name is taken by fairseq's
+``translation_multi_simple_epoch`` task, and the fork's other sampling methods and its
+``--decay-val``, unused by ``worddrop``, are not offered).
 
 :func:`install_word_dropout` swaps a built model's ``embed_tokens`` for a
 :class:`WordDropoutEmbedding` holding the *same* weight parameter, so parameters,
@@ -19,8 +20,6 @@ any fairseq encoder-decoder whose encoder and decoder call ``self.embed_tokens``
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-
-SAMPLING_METHODS = ("none", "worddrop")
 
 
 class WordDropoutEmbedding(nn.Embedding):
@@ -55,30 +54,29 @@ class WordDropoutEmbedding(nn.Embedding):
 
 
 def add_word_dropout_args(parser):
-    """The fork's option names (``--sampling-method``, ``--enc-replace-rate``, ``--dec-replace-rate``)."""
+    """The fork's rates (``--enc-replace-rate``, ``--dec-replace-rate``); a rate above 0 is its
+    ``--sampling-method worddrop``, a name fairseq's ``translation_multi_simple_epoch`` task
+    already takes for its own option."""
     parser.add_argument(
-        "--sampling-method",
-        choices=SAMPLING_METHODS,
-        help="worddrop: zero each input token's embedding with probability --enc-replace-rate (encoder) / "
-        "--dec-replace-rate (decoder, first position kept) while training, as the B2T authors' fork "
-        "(default: none)",
+        "--enc-replace-rate",
+        type=float,
+        metavar="P",
+        help="encoder word dropout: zero each input token's embedding with probability P while training, as "
+        "the B2T authors' fork with --sampling-method worddrop (default: 0)",
     )
-    parser.add_argument("--enc-replace-rate", type=float, metavar="P", help="encoder word dropout (default: 0)")
-    parser.add_argument("--dec-replace-rate", type=float, metavar="P", help="decoder word dropout (default: 0)")
+    parser.add_argument(
+        "--dec-replace-rate",
+        type=float,
+        metavar="P",
+        help="decoder word dropout, the first position kept (default: 0)",
+    )
 
 
 def word_dropout_rates(args):
     """(encoder, decoder) word dropout probabilities the options ask for; (0, 0) when off."""
-    method = getattr(args, "sampling_method", None) or "none"
-    if method not in SAMPLING_METHODS:
-        raise ValueError(f"--sampling-method must be one of {', '.join(SAMPLING_METHODS)}, not {method!r}")
     rates = tuple(float(getattr(args, name, None) or 0.0) for name in ("enc_replace_rate", "dec_replace_rate"))
     if any(not 0.0 <= rate < 1.0 for rate in rates):
         raise ValueError(f"--enc-replace-rate / --dec-replace-rate must be in [0, 1), not {rates}")
-    if method == "none":
-        if any(rates):
-            raise ValueError("--enc-replace-rate / --dec-replace-rate need --sampling-method worddrop")
-        return 0.0, 0.0
     return rates
 
 

@@ -1,0 +1,333 @@
+"""fairseq's own scenarios for its ``transformer`` (tests/test_binaries.py,
+test_reproducibility.py, test_checkpoint_utils.py, test_inference_dropout.py), told again in
+this project's words and run for every method the plugin registers: the registry
+(``ARCH_FAMILIES``, fairseq's ``ARCH_MODEL_REGISTRY``) decides which, so a new method is
+covered by registering it. A fast subset: tiny models, fairseq-train in this process (as
+fairseq's own tests run it), a few epochs of the toy reversal task.
+"""
+
+import argparse
+import contextlib
+import json
+import logging
+import shutil
+
+import pytest
+import torch
+from conftest import PLUGIN_DIR, TINY_MODEL, batch, build, parse, plugin_archs, run_cli
+from fairseq import checkpoint_utils, tasks
+from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+from fairseq.models import MODEL_REGISTRY
+from fairseq.modules import FairseqDropout
+
+from fairseq_layernorm_plugins.models.base import ARCH_FAMILIES, PluginTransformerModel
+
+ARCHS = plugin_archs()  # every registered architecture: {arch: model name}
+FAMILIES = sorted(ARCH_FAMILIES)  # one per method; its base architecture has the model's name
+
+# fairseq's tests/test_binaries.py trains with these (train_translation_model)
+FAIRSEQ_TEST_TRAINING = ["--optimizer", "nag", "--lr", "0.05", "--max-tokens", "500", "--num-workers", "0"]
+
+
+def test_every_registered_arch_is_covered():
+    """Each scenario here is an encoder-decoder one; a method of another kind (a language
+    model) needs its own task here before it is registered."""
+    assert set(ARCHS.values()) <= set(FAMILIES), "a plugin model registered without register_arch_family"
+    not_translation = [
+        arch for arch, model in ARCHS.items() if not issubclass(MODEL_REGISTRY[model], PluginTransformerModel)
+    ]
+    assert not not_translation, f"no scenario builds {not_translation}: add their task to this module"
+
+
+@contextlib.contextmanager
+def json_logs():
+    """{"train" | "valid" | "train_inner": [records]} of the ``--log-format json`` lines
+    logged inside the block, filled in as they are logged."""
+    records = {}
+
+    class Recorder(logging.Handler):
+        def emit(self, record):
+            with contextlib.suppress(ValueError):
+                records.setdefault(record.name, []).append(json.loads(record.getMessage()))
+
+    logger = logging.getLogger("fairseq.logging.progress_bar")  # renamed to the tag while logging
+    handler, level = Recorder(logging.INFO), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield records
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+def train(data_bin, save_dir, arch, *flags):
+    """One ``fairseq-train`` run in this process (``fairseq_cli.train.main``, as fairseq's
+    tests run it) of a tiny ``arch``; returns its json logs (:func:`json_logs`)."""
+    from fairseq import options
+    from fairseq_cli import train as fairseq_train
+
+    argv = [str(data_bin), "--arch", arch, "--user-dir", str(PLUGIN_DIR), *TINY_MODEL, *FAIRSEQ_TEST_TRAINING]
+    argv += ["--cpu", "--no-progress-bar", "--log-format", "json", "--log-interval", "1", "--save-dir", str(save_dir)]
+    args = options.parse_args_and_arch(options.get_training_parser(), argv + [str(f) for f in flags])
+    with json_logs() as logs:
+        fairseq_train.main(args)
+    return logs
+
+
+def bare_args(model_cls, *flags):
+    """Args as fairseq's own tests and a notebook make them (tests/test_export.py,
+    test_inference_dropout.py): the model's own options on a parser that leaves out what is
+    not given; no architecture function has run."""
+    parser = argparse.ArgumentParser(argument_default=argparse.SUPPRESS)
+    model_cls.add_args(parser)
+    return parser.parse_args([str(f) for f in flags])
+
+
+def signature(model):
+    """Per module, in order: its name, class and plain settings (normalize_before, DeepNet's
+    alpha, dropout p and module name, ...)."""
+    plain = (bool, int, float, str)
+    return [
+        (name, type(m).__name__, {k: v for k, v in vars(m).items() if isinstance(v, plain) and not k.startswith("_")})
+        for name, m in model.named_modules()
+    ]
+
+
+def assert_same_model(ours, reference):
+    assert signature(ours) == signature(reference)
+    theirs = reference.state_dict()
+    for key, value in ours.state_dict().items():
+        torch.testing.assert_close(value, theirs[key], rtol=0, atol=0, msg=key)
+
+
+@pytest.fixture(scope="module")
+def translation_task(tiny_data_bin):
+    return tasks.setup_task(parse(tiny_data_bin, "transformer", *TINY_MODEL))
+
+
+# --- building a model from bare args (fairseq's TransformerModel.build_model fills in its defaults)
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHS))
+def test_bare_args_naming_an_arch_build_that_arch(tiny_data_bin, translation_task, arch):
+    """``Model.build_model(args, task)`` with bare args and ``args.arch`` builds the model the
+    command line ``--arch`` builds: the same modules, settings and initial parameters."""
+    reference, _, _ = build(tiny_data_bin, arch, *TINY_MODEL, seed=1)
+    model_cls = MODEL_REGISTRY[ARCHS[arch]]
+    args = bare_args(model_cls, *TINY_MODEL)
+    args.arch = arch
+    torch.manual_seed(1)
+    assert_same_model(model_cls.build_model(args, translation_task), reference)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_bare_args_build_the_methods_base_model(tiny_data_bin, translation_task, family):
+    """Without ``args.arch`` (fairseq's own tests): the method's base architecture, e.g. a
+    Pre-LN model with its final LayerNorms, not fairseq's Post-LN transformer."""
+    reference, _, _ = build(tiny_data_bin, family, *TINY_MODEL, seed=1)
+    torch.manual_seed(1)
+    model = MODEL_REGISTRY[family].build_model(bare_args(MODEL_REGISTRY[family], *TINY_MODEL), translation_task)
+    assert_same_model(model, reference)
+
+
+# --- resuming (tests/test_reproducibility.py): a run resumed from a checkpoint ends as the uninterrupted one
+
+# fairseq's test trains with dropout 0; dropout on also checks that a resumed run draws the same masks.
+# An epoch is about 20 updates: checkpoint_2_25.pt is one saved in the middle of epoch 2
+# (test_mid_epoch_reproducibility resumes in epoch 1, where every run makes its batches alike)
+RESUME_FLAGS = ["--max-epoch", "3", "--dropout", "0.1", "--save-interval-updates", "25"]
+FAIRSEQ_COMPARED = {
+    "train": ["train_loss", "train_ppl", "train_num_updates", "train_gnorm"],
+    "valid": ["valid_loss", "valid_ppl", "valid_num_updates", "valid_best_loss"],
+}
+
+
+@pytest.fixture(scope="module")
+def three_epochs(tiny_data_bin, tmp_path_factory):
+    """family -> (save dir, json logs) of an uninterrupted 3-epoch run, made once."""
+    runs = {}
+
+    def run(family):
+        if family not in runs:
+            save_dir = tmp_path_factory.mktemp(f"{family}-3-epochs")
+            runs[family] = save_dir, train(tiny_data_bin, save_dir, family, *RESUME_FLAGS)
+        return runs[family]
+
+    return run
+
+
+def model_state(path):
+    return torch.load(path, map_location="cpu", weights_only=False)["model"]
+
+
+def inner_steps(records):
+    return [(int(r["num_updates"]), r["loss"], r["gnorm"]) for r in records]
+
+
+@pytest.mark.parametrize("checkpoint", ["checkpoint1.pt", "checkpoint_2_*.pt"])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_resumed_run_reproduces_the_uninterrupted_one(tiny_data_bin, three_epochs, tmp_path, family, checkpoint):
+    """A run resumed after epoch 1 or in the middle of epoch 2 trains on the same batches with
+    the same dropout masks as the uninterrupted run (fairseq main cuts a resumed run's batches
+    anew: ``resume_batches`` in _compat.py), so it logs the same steps and ends identical."""
+    save_dir, logs = three_epochs(family)
+    (path,) = save_dir.glob(checkpoint)
+    shutil.copy(path, tmp_path / "checkpoint_last.pt")  # what a requeued job finds
+    resumed = train(tiny_data_bin, tmp_path, family, *RESUME_FLAGS)
+    for kind, keys in FAIRSEQ_COMPARED.items():  # fairseq's test: the last epoch's stats, to 1e-4
+        for key in keys:
+            assert float(resumed[kind][-1][key]) == pytest.approx(float(logs[kind][-1][key]), abs=1e-4), key
+    # stricter: every update after the resume point, and the final parameters
+    steps = inner_steps(resumed["train_inner"])
+    assert len(steps) >= 30 and steps == inner_steps(logs["train_inner"][-len(steps) :])
+    final, resumed_final = model_state(save_dir / "checkpoint_last.pt"), model_state(tmp_path / "checkpoint_last.pt")
+    for key, value in final.items():
+        torch.testing.assert_close(resumed_final[key], value, rtol=0, atol=0, msg=key)
+
+
+# --- checkpoint_utils (tests/test_checkpoint_utils.py) and generation (tests/test_binaries.py)
+
+
+def generate(models, cfg, task, sample):
+    generator = task.build_generator(models, cfg.generation)
+    hypos = task.inference_step(generator, models, sample)
+    assert len(hypos) == sample["nsentences"] and all(h[0]["tokens"].numel() > 0 for h in hypos)
+    return hypos
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_checkpoint_loads_back_the_trained_model(three_epochs, family):
+    """``load_model_ensemble_and_task`` on a trained checkpoint: the method's model class with
+    the trained parameters as saved (Admin's omega not profiled again), translating."""
+    save_dir, _ = three_epochs(family)
+    path = save_dir / "checkpoint_last.pt"
+    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([str(path)])
+    (model,) = models
+    assert type(model) is MODEL_REGISTRY[family] and cfg.model.arch == family
+    saved = model_state(path)
+    assert model.state_dict().keys() == saved.keys()
+    for key, value in model.state_dict().items():
+        torch.testing.assert_close(value, saved[key], rtol=0, atol=0, msg=key)
+    model.eval()
+    sample = batch(task)
+    first, again = (model(**sample["net_input"])[0] for _ in range(2))
+    torch.testing.assert_close(first, again, rtol=0, atol=0)
+    generate(models, cfg, task, sample)
+
+
+# --- LayerDrop (tests/test_binaries.py: train with LayerDrop, generate from a pruned model)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_layerdrop_training_and_pruned_generation(tiny_data_bin, tmp_path, family):
+    flags = ["--encoder-layers", 3, "--decoder-layers", 3, "--encoder-layerdrop", 0.3, "--decoder-layerdrop", 0.3]
+    logs = train(tiny_data_bin, tmp_path, family, *flags, "--max-update", 6, "--dropout", 0.1)
+    assert int(logs["train"][-1]["train_num_updates"]) == 6
+    keep = {"encoder_layers_to_keep": "0,2", "decoder_layers_to_keep": "1"}
+    try:
+        models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
+            [str(tmp_path / "checkpoint_last.pt")], arg_overrides=keep
+        )
+    except ValueError as err:  # a method may refuse pruning, naming the option
+        assert "layers_to_keep" in str(err)
+        return
+    (model,) = models
+    assert (len(model.encoder.layers), len(model.decoder.layers)) == (2, 1)
+    saved = model_state(tmp_path / "checkpoint_last.pt")
+    kept = {"encoder.layers.1.": "encoder.layers.2.", "decoder.layers.0.": "decoder.layers.1."}
+    for key, value in model.state_dict().items():
+        for new, old in kept.items():
+            if key.startswith(new):
+                torch.testing.assert_close(value, saved[old + key[len(new) :]], rtol=0, atol=0, msg=key)
+    model.eval()
+    generate(models, cfg, task, batch(task))
+
+
+# --- inference dropout (tests/test_inference_dropout.py)
+
+
+def retained(model):
+    return {name for name, m in model.named_modules() if isinstance(m, FairseqDropout) and m.apply_during_inference}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_retain_dropout_as_fairseqs_transformer(translation_task, family):
+    """``--retain-dropout`` (``prepare_for_inference_``) keeps the same dropout modules on in
+    eval mode as for fairseq's transformer built from the same bare args: all of them, or
+    those ``--retain-dropout-modules`` names."""
+    from fairseq.models.transformer import TransformerModel
+
+    def prepared(model_cls, modules):
+        args = bare_args(model_cls, *TINY_MODEL, "--dropout", 0.3)
+        args.retain_dropout, args.retain_dropout_modules = True, modules
+        model = model_cls.build_model(args, translation_task)
+        model.prepare_for_inference_(convert_namespace_to_omegaconf(args))
+        assert not model.training
+        return model
+
+    for modules in (None, ["TransformerEncoder", "TransformerEncoderLayerBase"]):
+        ours = prepared(MODEL_REGISTRY[family], modules)
+        assert retained(ours) == retained(prepared(TransformerModel, modules)) and retained(ours)
+    ours = prepared(MODEL_REGISTRY[family], None)
+    src = batch(translation_task)["net_input"]
+    with torch.no_grad():
+        first, again = (ours(**src)[0] for _ in range(2))
+    assert not torch.allclose(first, again), "dropout is off in eval mode"
+
+
+# --- activation checkpointing (tests/test_binaries.py: --checkpoint-activations changes no metric)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_activation_checkpointing_changes_nothing(tiny_data_bin, family):
+    """The same initial model, and the same loss and gradients with dropout on (a
+    checkpointed layer runs its forward twice: the same masks, the same sub-layer count)."""
+    runs = []
+    for flags in ([], ["--checkpoint-activations"]):
+        model, task, _ = build(tiny_data_bin, family, *TINY_MODEL, "--dropout", 0.2, *flags, seed=1)
+        sample = batch(task)
+        model.train()
+        torch.manual_seed(3)
+        logits = model(**sample["net_input"])[0]
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), sample["target"].flatten())
+        loss.backward()
+        runs.append((model, loss))
+    (plain, plain_loss), (checkpointed, checkpointed_loss) = runs
+    assert any(hasattr(layer, "precheckpoint_forward") for layer in checkpointed.encoder.layers)
+    torch.testing.assert_close(checkpointed_loss, plain_loss, rtol=0, atol=0)
+    grads = dict(plain.named_parameters())
+    for name, p in checkpointed.named_parameters():
+        torch.testing.assert_close(p.grad, grads[name].grad, rtol=1e-6, atol=1e-7, msg=name)
+
+
+# --- multilingual training (tests/test_binaries.py: --task translation_multi_simple_epoch)
+
+
+@pytest.fixture(scope="module")
+def joined_data_bin(tmp_path_factory, tiny_data_bin):
+    """The toy task binarised with one dictionary, which translation_multi_simple_epoch needs."""
+    raw, destdir = tiny_data_bin.parent, tmp_path_factory.mktemp("joined") / "bin"
+    splits = [a for split in ("train", "valid", "test") for a in (f"--{split}pref", raw / split)]
+    run_cli(
+        "fairseq-preprocess", "--source-lang", "src", "--target-lang", "tgt", *splits,
+        "--joined-dictionary", "--destdir", destdir, "--workers", "1",
+    )  # fmt: skip
+    return destdir
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_multilingual_task_trains(joined_data_bin, tmp_path, family, caplog):
+    """fairseq's translation_multi_simple_epoch scenario (language tokens, temperature
+    sampling, two epochs). Admin profiles its batches without leaving the training split
+    loaded in the task, whose load_dataset fails on a split found loaded (fairseq's
+    UnboundLocalError on ``shard_epoch``)."""
+    multilingual = ["--task", "translation_multi_simple_epoch", "--lang-pairs", "src-tgt"]
+    multilingual += ["--sampling-method", "temperature", "--sampling-temperature", "1.5"]
+    multilingual += ["--encoder-langtok", "src", "--decoder-langtok"]
+    with caplog.at_level(logging.INFO, logger="fairseq_layernorm_plugins.admin_profiling"):
+        logs = train(joined_data_bin, tmp_path, family, *multilingual, "--max-epoch", 2)
+    assert [int(r["epoch"]) for r in logs["train"]] == [1, 2] and int(logs["train"][-1]["train_num_updates"]) > 20
+    assert float(logs["valid"][-1]["valid_loss"]) < float(logs["valid"][0]["valid_loss"])
+    profiled = "Admin: profiled 1 batch(es)" in caplog.text
+    assert profiled == hasattr(MODEL_REGISTRY[family], "admin_layers")  # Admin's default --admin-init profile
