@@ -164,7 +164,7 @@ def check_data(tmp_path_factory):
 
 @pytest.mark.slow(3)
 def test_check_dry_run_trains_scores_and_resumes(check_data, tmp_path):
-    """check.py --dry-run: every part on CPU; a second call of part b reuses the runs."""
+    """check.py --dry-run: every part on CPU in fp16; a second call of part b reuses the runs."""
     out, runs = tmp_path / "out", tmp_path / "runs"
     cmd = [
         sys.executable,
@@ -183,31 +183,34 @@ def test_check_dry_run_trains_scores_and_resumes(check_data, tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads((out / "check.json").read_text())
     trained = {r["name"]: r for r in report["runs"]}
-    assert set(trained) == {f"a.{m}.2L.fp32" for m in check.METHODS} | {f"d.{m}.3L.fp32" for m in check.DEEP} | {
+    assert set(trained) == {f"a.{m}.2L.fp16" for m in check.METHODS} | {f"d.{m}.3L.fp16" for m in check.DEEP} | {
         "b.admin.2L.fp32"
     }
     for r in trained.values():
         assert "error" not in r and r["finite"] and r["updates"] == (1 if r["part"] == "b" else 8)
         if r["part"] != "b":
             assert set(r["bleu"]) == {"sacrebleu", "tokenized", "compound_split"} and r["sentences"] == 16
-    assert [(row["precision"], row["compared"], row["equal"]) for row in report["omegas"]] == [("fp32", 10, True)]
+    assert [(row["precision"], row["compared"], row["equal"]) for row in report["omegas"]] == [("fp16", 10, True)]
+    assert all(r["loss_scale"] for r in trained.values() if r["part"] != "b")  # fairseq's fp16 path, on the CPU
     bench = report["throughput"][0]
     methods = {"transformer_preln", "transformer_deepnet", "transformer_b2t", "transformer_admin", "transformer_tfixup"}
     assert "error" not in bench and set(bench["archs"]) == methods | {m + "+fast" for m in methods}
     markdown = (out / "check.md").read_text()
     decoding = report["decoding"][0]  # part a's Pre-LN model, beam search with and without --fused-attention
-    assert "error" not in decoding and decoding["same"] == decoding["sentences"] == 16, decoding
+    # in fp16 the fused and fairseq's attention round apart: a near-tie in the beam may flip
+    # (the same translations in fp32: tests/test_fused_attention.py)
+    assert "error" not in decoding and decoding["sentences"] == 16 and decoding["same"] >= 14, decoding
     for heading in ("### a. Every method", "### b. Admin's omegas", "### c. Throughput", "### d. 3L-3L", "### f. Beam"):
         assert heading in markdown
     assert (out / "check.png").stat().st_size > 10_000
-    log = runs / "a.admin.2L.fp32" / "train.log"
+    log = runs / "a.admin.2L.fp16" / "train.log"
     before = log.stat().st_mtime_ns
     proc = subprocess.run(list(map(str, cmd + ["--parts", "b"])), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert log.stat().st_mtime_ns == before  # not trained again
     report = json.loads((out / "check.json").read_text())
     assert (
-        {r["name"] for r in report["runs"]} == {"a.admin.2L.fp32", "b.admin.2L.fp32"}
+        {r["name"] for r in report["runs"]} == {"a.admin.2L.fp16", "b.admin.2L.fp32"}
         and "throughput" not in report
         and "decoding" not in report
     )

@@ -2,8 +2,9 @@
 """GPU acceptance check: mixed-precision training of every method, Admin's profiling under
 ``--fp16``, throughput against fairseq's ``transformer``, deep models in fp16, BLEU.
 
-    python scripts/gpu/check.py --out gpu_check            # on one GPU, a few minutes
-    python scripts/gpu/check.py --out /tmp/c --dry-run     # the same code path on CPU, fp32, tiny
+    python scripts/gpu/check.py --out gpu_check                  # on one GPU, a few minutes
+    python scripts/gpu/check.py --out cpu_check --device cpu     # the same parts on a CPU (~1-2 h on 2 cores)
+    python scripts/gpu/check.py --out /tmp/c --dry-run           # the same code path on CPU, tiny, minutes
 
 Writes OUT/check.json (everything measured), OUT/check.md (the tables, the device, the
 command) and OUT/check.png (training loss per update). The parts (``--parts``):
@@ -24,8 +25,12 @@ f. ``benchmarks/decoding.py`` on part a's Pre-LN model of each precision: beam-s
    the training runs, alone on the GPU).
 
 Resumable: a run with results (``RUNS/<name>/check.json``) is not run again (``--force``
-reruns). ``--dry-run`` (no GPU needed): fp32 on CPU, tiny models, a few updates, 3L-3L for
-the "deep" part; it checks that the check itself works, not the GPU.
+reruns). ``--device cpu``: every part in fairseq's own fp16 and bf16 paths on a CPU (and fp32
+beside them), at 6L-6L / 18L-18L d=64 for 80 / 40 updates: what a 2-core CPU finishes (a CPU
+without fp16 arithmetic, most x86 ones, runs fp16 matrix products 20-90x slower than fp32),
+so that a GPU only has to repeat runs already known to work. ``--dry-run`` (no GPU needed):
+fp16 on CPU, tiny models, a few updates, 3L-3L for the "deep" part; it checks that the check
+itself works, not the device.
 """
 
 import argparse
@@ -93,6 +98,20 @@ GPU = Budget(
     bench=("--layers", "6", "--dim", "512", "--max-tokens", "4096", "--reps", "10"),
     decode=("--beam", "5", "--batch-size", "128", "--reps", "5"),
 )
+CPU = Budget(
+    updates=80,
+    deep_updates=40,
+    layers=6,
+    deep_layers=18,
+    dim=64,
+    ffn=256,
+    heads=4,
+    tokens=1024,
+    log_interval=5,
+    precisions=("fp16", "bf16", "fp32"),
+    bench=("--layers", "2", "--dim", "64", "--max-tokens", "1024", "--reps", "3", "--no-memory"),
+    decode=("--beam", "5", "--batch-size", "50", "--reps", "1"),
+)
 DRY = Budget(
     updates=8,
     deep_updates=8,
@@ -103,7 +122,7 @@ DRY = Budget(
     heads=2,
     tokens=1024,
     log_interval=1,
-    precisions=("fp32",),
+    precisions=("fp16",),
     bench=("--layers", "1", "--dim", "32", "--max-tokens", "512", "--reps", "1", "--warmup", "1", "--no-memory"),
     decode=("--beam", "2", "--batch-size", "16", "--reps", "1"),
     generate=(("beam", 2), ("extra", ["--max-len-a", "1.2", "--max-len-b", "5"])),
@@ -195,7 +214,7 @@ def train_run(run, args):
         recipe,
         str(Path(args.data) / "bin"),
         str(run_dir / "checkpoints"),
-        cpu_workers=1 if args.dry_run else 0,
+        cpu_workers=1 if args.device == "cpu" else 0,
         precision=run.precision,
         seed=1,
         extra=extra,
@@ -263,7 +282,7 @@ def evaluate_run(record, args):
         return record
     run_dir = Path(args.runs) / record["name"]
     try:
-        result = evaluate(run_dir, cpu=args.dry_run, echo=lambda *a: None)
+        result = evaluate(run_dir, cpu=args.device == "cpu", echo=lambda *a: None)
         record["bleu"] = {k: v["score"] for k, v in result["bleu"].items()}
         record["sentences"] = result["sentences"]
     except (RuntimeError, ValueError) as err:
@@ -309,7 +328,7 @@ _BENCH_BASE = re.compile(r"baseline fairseq transformer (\d+) wps")
 
 def throughput(precision, args):
     """Part c: run benchmarks/throughput.py once for ``precision``; its ratios per arch."""
-    device = "cpu" if args.dry_run else "cuda"
+    device = args.device
     cmd = [
         sys.executable,
         str(REPO / "benchmarks" / "throughput.py"),
@@ -350,7 +369,7 @@ _DECODE_LINE = re.compile(
 
 def decoding(precision, args):
     """Part f: benchmarks/decoding.py on part a's Pre-LN model of ``precision``."""
-    device = "cpu" if args.dry_run else "cuda"
+    device = args.device
     run = Run("a", "preln", precision, args.budget.layers, args.budget.updates)
     checkpoint = Path(args.runs) / run.name / "checkpoints" / "checkpoint_last.pt"
     cmd = [
@@ -377,7 +396,7 @@ def decoding(precision, args):
     return result
 
 
-def device_facts(dry_run):
+def device_facts(device, dry_run):
     import torch
 
     facts = {
@@ -386,11 +405,13 @@ def device_facts(dry_run):
         "python": sys.version.split()[0],
         "date": datetime.date.today().isoformat(),
     }
-    if torch.cuda.is_available() and not dry_run:
+    if device == "cuda":
         facts["device"] = torch.cuda.get_device_name(0)
         facts["memory_gib"] = round(torch.cuda.get_device_properties(0).total_memory / 2**30, 1)
     else:
-        facts["device"] = f"CPU ({os.cpu_count()} cores), dry run"
+        facts["device"] = f"CPU ({os.cpu_count()} cores, {torch.backends.cpu.get_cpu_capability()})" + (
+            ", dry run" if dry_run else ""
+        )
     return facts
 
 
@@ -426,7 +447,7 @@ def render(report):
     """check.md from the report dict."""
     facts = report["facts"]
     lines = [
-        "# GPU check",
+        "# Mixed-precision check",
         "",
         f"Device: {facts['device']}; torch {facts['torch']} (CUDA {facts['cuda']}), Python {facts['python']}; "
         f"{facts['date']}; {report['minutes']:.1f} min.",
@@ -538,11 +559,14 @@ def main(argv=None):
         "--runs", default=str(REPO / "runs" / "gpu-check"), help="training runs (default: runs/gpu-check)"
     )
     parser.add_argument("--parts", default=PARTS, help=f"which parts, from {PARTS} (default: all)")
-    parser.add_argument("--jobs", type=int, help="training runs at once (default: 4 on a GPU, 2 in a dry run)")
-    parser.add_argument("--updates", type=int, help="updates per run of parts a (default: 300; dry run 8)")
-    parser.add_argument("--deep-updates", type=int, help="updates per run of part d (default: 300; dry run 8)")
+    parser.add_argument("--jobs", type=int, help="training runs at once (default: 4 on a GPU, 2 on a CPU)")
     parser.add_argument(
-        "--dry-run", action="store_true", help="CPU, fp32, tiny models and budgets: checks the check itself"
+        "--device", choices=("cuda", "cpu"), default="cuda", help="cuda (default), or cpu: the same parts on a CPU"
+    )
+    parser.add_argument("--updates", type=int, help="updates per run of parts a (default: 300; CPU 80; dry run 8)")
+    parser.add_argument("--deep-updates", type=int, help="updates per run of part d (default: 300; CPU 40; dry run 8)")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="CPU, fp16, tiny models and budgets: checks the check itself"
     )
     parser.add_argument("--force", action="store_true", help="rerun runs that already have results")
     args = parser.parse_args(argv)
@@ -550,21 +574,23 @@ def main(argv=None):
         parser.error(f"--parts: choose from {PARTS}")
     import torch
 
-    if not args.dry_run and not torch.cuda.is_available():
-        parser.exit(2, "error: no CUDA device; run with --dry-run to check the check on CPU\n")
+    if args.dry_run:
+        args.device = "cpu"
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.exit(2, "error: no CUDA device; run with --device cpu (or --dry-run to check the check)\n")
     if not (Path(args.data) / "bin").is_dir():
         parser.exit(
             2,
             f"error: {args.data}: no bin/ folder; prepare it with scripts/gpu/collect.py or scripts/prepare_iwslt14_mini.py\n",
         )
-    budget = DRY if args.dry_run else GPU
+    budget = DRY if args.dry_run else CPU if args.device == "cpu" else GPU
     args.budget = budget = replace(
         budget, updates=args.updates or budget.updates, deep_updates=args.deep_updates or budget.deep_updates
     )
-    args.jobs = args.jobs or (2 if args.dry_run else 4)
+    args.jobs = args.jobs or (2 if args.device == "cpu" else 4)
     start = time.time()
     report = {
-        "facts": device_facts(args.dry_run),
+        "facts": device_facts(args.device, args.dry_run),
         "command": shlex.join([sys.executable, *sys.argv])
         if argv is None
         else shlex.join(["scripts/gpu/check.py", *argv]),
