@@ -132,3 +132,57 @@ def shared_data(*parts):
     if not path.exists():
         pytest.skip(f"{path} not found (real-data tests need ../shared/data beside the repo)")
     return path
+
+
+def hand_set_layer_norms(model, seed=7):
+    """Give every LayerNorm of ``model`` its own gamma (around 1) and beta (around 0), so that an
+    equation test in which a layer used the wrong LayerNorm, or none, fails."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, torch.nn.LayerNorm):
+                m.weight.copy_(1 + 0.5 * torch.randn(m.weight.shape, generator=gen))
+                m.bias.copy_(0.5 * torch.randn(m.bias.shape, generator=gen))
+    return model
+
+
+def generated(out, kind):
+    """{sentence id: text} of ``fairseq-generate``'s lines of one kind: ``H`` (the best
+    hypothesis, after its score) or ``T`` (the reference as fairseq read it)."""
+    lines = {}
+    for line in out.splitlines():
+        if line.startswith(f"{kind}-"):
+            fields = line.split("\t")
+            lines[int(fields[0][len(kind) + 1 :])] = fields[-1] if len(fields) > 1 else ""
+    return lines
+
+
+def assert_bleu_line_is_sacrebleu(out, references=None):
+    """``fairseq-generate``'s own score line (``BLEU4 = S, p1/p2/p3/p4 (BP, ratio, syslen,
+    reflen)``) equals sacreBLEU recomputed from its H- lines against ``references`` (a list in
+    sentence-id order; default: its T- lines), whitespace tokens, no smoothing. Returns sacreBLEU's result."""
+    import re
+
+    from sacrebleu.metrics import BLEU
+
+    match = re.search(
+        r"BLEU4 = ([\d.]+), ([\d.]+)/([\d.]+)/([\d.]+)/([\d.]+) \(BP=([\d.]+), ratio=([\d.]+), "
+        r"syslen=(\d+), reflen=(\d+)\)",
+        out,
+    )
+    assert match, "no BLEU4 line in fairseq-generate's output"
+    score, *precisions, bp, _, syslen, reflen = (float(g) for g in match.groups())
+    hypotheses = generated(out, "H")
+    ids = sorted(hypotheses)
+    if references is None:
+        targets = generated(out, "T")
+        references = [targets[i] for i in ids]
+    bleu = BLEU(tokenize="none", smooth_method="none", force=True).corpus_score(
+        [hypotheses[i] for i in ids], [references]
+    )
+    assert (bleu.sys_len, bleu.ref_len) == (syslen, reflen)
+    assert bleu.precisions == pytest.approx(precisions, abs=0.051) and bleu.bp == pytest.approx(bp, abs=5e-4)
+    assert bleu.score == pytest.approx(score, abs=0.0051)
+    return bleu

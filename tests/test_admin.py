@@ -67,6 +67,63 @@ def sequential_reference(model, sample, seed, keep=None):
     return omegas
 
 
+def first_train_batches(data_bin, num_batches):
+    """The first batches of epoch 1 of ``admin_train``'s run (its --max-tokens and --seed), from
+    fairseq's own batch iterator: the batches the run profiles."""
+    model, task, _ = build(data_bin, ARCH, *DIMS)
+    task.load_dataset("train")
+    iterator = task.get_batch_iterator(
+        dataset=task.dataset("train"),
+        max_tokens=1000,
+        max_positions=model.max_positions(),
+        required_batch_size_multiple=8,
+        seed=3,
+        epoch=1,
+    ).next_epoch_itr(shuffle=True)
+    return [next(iterator) for _ in range(num_batches)]
+
+
+def profile_of(data_bin, weights, batches, mask_padding=False):
+    """Omega profiled on ``weights`` (a state dict; omega not needed) with dropout off:
+    {stack: [omega_k]}, the mean of :func:`sequential_reference` over ``batches``."""
+    model, task, _ = build(data_bin, ARCH, *DIMS, "--dropout", "0")
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    assert not unexpected and all(key.endswith(".omega") for key in missing)
+    pad = task.source_dictionary.pad()
+    runs = []
+    for sample in batches:
+        net = sample["net_input"]
+        keep = {"encoder": net["src_tokens"].ne(pad).t(), "decoder": net["prev_output_tokens"].ne(pad).t()}
+        runs.append(sequential_reference(model, sample, seed=0, keep=keep if mask_padding else None))
+    return {stack: [float(np.mean(values)) for values in zip(*(run[stack] for run in runs))] for stack in runs[0]}
+
+
+def json_omegas(report):
+    return {stack: [row["omega"] for row in report[stack]] for stack in ("encoder", "decoder")}
+
+
+def checkpoint_omegas(state):
+    """{stack: [omega_k]} of a checkpoint's model state, each omega vector checked to hold one value."""
+    omegas = {}
+    for stack in ("encoder", "decoder"):
+        keys = sorted(
+            (k for k in state if k.startswith(f"{stack}.") and k.endswith(".omega")), key=lambda k: int(k.split(".")[2])
+        )
+        vectors = [vector for key in keys for vector in state[key]]  # (num_sublayers, C) per layer
+        assert all(torch.equal(v, torch.full_like(v, v[0].item())) for v in vectors)
+        omegas[stack] = [v[0].item() for v in vectors]
+    return omegas
+
+
+def assert_omegas_equal(got, expected, rel=1e-4):
+    for stack in ("encoder", "decoder"):
+        assert got[stack] == pytest.approx(expected[stack], rel=rel), stack
+
+
+def max_rel_difference(a, b):
+    return max(abs(x - y) / y for stack in ("encoder", "decoder") for x, y in zip(a[stack], b[stack]))
+
+
 @pytest.mark.parametrize("mask_padding", [False, True])
 def test_profiled_omega_is_the_authors_sequential_rule(tiny_data_bin, mask_padding):
     model, task, _ = build(tiny_data_bin, ARCH, *DIMS)
@@ -102,9 +159,12 @@ def test_profiled_omega_is_the_authors_sequential_rule(tiny_data_bin, mask_paddi
 )
 @pytest.mark.parametrize("layerdrop", [[], ["--encoder-layerdrop", "0.5", "--decoder-layerdrop", "0.5"]])
 def test_closed_forms(tiny_data_bin, init, value, layerdrop):
-    model = build(tiny_data_bin, ARCH, *DIMS, "--admin-init", init, *layerdrop)[0]
+    """One omega per stack from its own n: 2 encoder layers give n = 2 * 2 = 4 sub-layers,
+    3 decoder layers n = 3 * 3 = 9 (a mix-up of the stacks, or of 2 and 3, gives another n)."""
+    depths = ["--encoder-layers", "2", "--decoder-layers", "3"]
+    model = build(tiny_data_bin, ARCH, *DIMS, *depths, "--admin-init", init, *layerdrop)[0]
     assert model.training  # where LayerDrop skips layers when a stack's layers are iterated
-    for stack, n in (("encoder", 2 * 3), ("decoder", 3 * 2)):
+    for stack, n in (("encoder", 2 * 2), ("decoder", 3 * 3)):
         for layer in stack_layers(getattr(model, stack)):
             assert torch.allclose(layer.omega, torch.full_like(layer.omega, value(n)))
             assert layer.omega.requires_grad
@@ -226,6 +286,9 @@ def test_every_way_of_starting_from_an_admin_checkpoint_keeps_its_omega(tiny_dat
 
 
 def test_a_post_ln_checkpoint_is_profiled_on_its_own_weights(tiny_data_bin, tmp_path):
+    """--restore-file of a Post-LN checkpoint: omega is the authors' rule on the checkpoint's
+    weights (recomputed here, dropout off), not on a fresh initialisation (whose profile
+    differs), and the run starts from those weights and that omega."""
     post_ln = tmp_path / "postln"
     run_cli(
         "fairseq-train",
@@ -262,23 +325,40 @@ def test_a_post_ln_checkpoint_is_profiled_on_its_own_weights(tiny_data_bin, tmp_
         *RESET,
         "--admin-profile-json",
         report,
+        "--dropout",
+        "0",
         cwd=tmp_path,
     )
     assert "holds no omega; profiling its weights" in log and "Loaded checkpoint" in log
     source = torch.load(post_ln / "checkpoint_last.pt", map_location="cpu", weights_only=False)["model"]
-    profiled = json.loads(report.read_text())
+    batches = first_train_batches(tiny_data_bin, 1)
+    expected = profile_of(tiny_data_bin, source, batches)
+    assert_omegas_equal(json_omegas(json.loads(report.read_text())), expected)
+    fresh = build(tiny_data_bin, ARCH, *DIMS, seed=3)[0].state_dict()  # the Admin run's own initialisation
+    assert max_rel_difference(profile_of(tiny_data_bin, fresh, batches), expected) > 1e-2
     trained = torch.load(tmp_path / "admin" / "checkpoint_last.pt", map_location="cpu", weights_only=False)["model"]
-    for row in profiled["encoder"] + profiled["decoder"]:
-        assert row["omega"] > 0
-    omegas = [r["omega"] for r in profiled["decoder"]]
-    assert omegas[0] == 1.0 and max(omegas) > 1.0
-    for stack in ("encoder", "decoder"):
-        for row in profiled[stack]:
-            omega = trained[f"{stack}.layers.{row['layer']}.omega"][row["sublayer"]]
-            torch.testing.assert_close(
-                omega, torch.full_like(omega, row["omega"]), atol=1e-5, rtol=0
-            )  # the load kept them
+    assert_omegas_equal(checkpoint_omegas(trained), expected)  # the load kept them
     # the weights the Admin run started from are the Post-LN checkpoint's (lr 1e-9 since)
     torch.testing.assert_close(
         trained["encoder.layers.0.fc1.weight"], source["encoder.layers.0.fc1.weight"], atol=1e-6, rtol=0
     )
+
+
+def test_profile_batches_and_mask_padding_from_the_command_line(tiny_data_bin, tmp_path):
+    """--admin-profile-batches 2 --admin-profile-mask-padding: each omega is the mean of its
+    values on the first 2 training batches with padding left out of the variances, recomputed
+    here from the run's initial weights; one batch, or the padding kept, gives other values."""
+    save, report = tmp_path / "ckpt", tmp_path / "profile.json"
+    flags = ["--admin-profile-batches", "2", "--admin-profile-mask-padding", "--admin-profile-json", report]
+    log = admin_train(tiny_data_bin, save, 1, "--dropout", "0", *flags, cwd=tmp_path)
+    assert "Admin: profiled 2 batch(es)" in log
+    profiled = json.loads(report.read_text())
+    # RAdam takes no step while rho_t < 5: the checkpoint holds the profiled weights and omega
+    state = torch.load(save / "checkpoint_last.pt", map_location="cpu", weights_only=False)["model"]
+    batches = first_train_batches(tiny_data_bin, 2)
+    expected = profile_of(tiny_data_bin, state, batches, mask_padding=True)
+    assert profiled["batches"] == 2
+    assert_omegas_equal(json_omegas(profiled), expected)
+    assert_omegas_equal(checkpoint_omegas(state), expected)
+    assert max_rel_difference(profile_of(tiny_data_bin, state, batches[:1], mask_padding=True), expected) > 1e-3
+    assert max_rel_difference(profile_of(tiny_data_bin, state, batches, mask_padding=False), expected) > 1e-3

@@ -6,7 +6,7 @@ import argparse
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import TINY_MODEL, batch, build, parse, plugin_archs
+from conftest import TINY_MODEL, batch, build, hand_set_layer_norms, parse, plugin_archs
 from conftest import ffn as _ffn
 from fairseq.models.transformer import TransformerConfig
 from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
@@ -116,9 +116,10 @@ def test_retain_dropout_modules_takes_the_names_of_fairseqs_transformer(tiny_dat
 
 
 def test_preln_encoder_layer_equations(tiny_data_bin):
-    """x1 = x + Attn(LN1(x)); out = x1 + FFN(LN2(x1))  (Xiong et al. 2020, Fig. 1 (b))."""
+    """x1 = x + Attn(LN1(x)); out = x1 + FFN(LN2(x1))  (Xiong et al. 2020, Fig. 1 (b)); every
+    LayerNorm with its own gamma and beta, so using the wrong one (or none) shows."""
     model, _, _ = build(tiny_data_bin, "transformer_preln_iwslt_de_en", *TINY_MODEL)
-    model.eval()
+    hand_set_layer_norms(model).eval()
     layer = model.encoder.layers[0]
     x = torch.randn(5, 3, 32)  # (S, B, C)
     pad = torch.zeros(3, 5, dtype=torch.bool)
@@ -130,9 +131,9 @@ def test_preln_encoder_layer_equations(tiny_data_bin):
 
 
 def test_preln_decoder_layer_equations(tiny_data_bin):
-    """x1 = x + SelfAttn(LN(x)); x2 = x1 + CrossAttn(LN(x1)); out = x2 + FFN(LN(x2))."""
+    """x1 = x + SelfAttn(LN(x)); x2 = x1 + CrossAttn(LN(x1)); out = x2 + FFN(LN(x2)), each LN its own."""
     model, _, _ = build(tiny_data_bin, "transformer_preln_iwslt_de_en", *TINY_MODEL)
-    model.eval()
+    hand_set_layer_norms(model).eval()
     layer = model.decoder.layers[0]
     x, enc = torch.randn(4, 2, 32), torch.randn(6, 2, 32)  # (T, B, C), (S, B, C)
     causal = torch.triu(torch.full((4, 4), float("-inf")), 1)

@@ -3,21 +3,11 @@ the LayerNorm-free variant and the optional N^-0.5 rescaling."""
 
 import pytest
 import torch
-from conftest import TINY_MODEL, batch, build, ffn
+from conftest import TINY_MODEL, batch, build, ffn, hand_set_layer_norms
 
 from fairseq_layernorm_plugins.models.transformer_b2t import b2t_no_ln_alpha, b2t_no_ln_beta
 
 ARCH = "transformer_b2t_iwslt_de_en"
-
-
-def hand_set_layer_norms(model):
-    """Give every LayerNorm its own gamma/beta, so using the wrong one shows."""
-    gen = torch.Generator().manual_seed(7)
-    with torch.no_grad():
-        for m in model.modules():
-            if isinstance(m, torch.nn.LayerNorm):
-                m.weight.copy_(1 + 0.5 * torch.randn(m.weight.shape, generator=gen))
-                m.bias.copy_(0.5 * torch.randn(m.bias.shape, generator=gen))
 
 
 def attend(attn, query, memory, **kwargs):
@@ -58,24 +48,31 @@ def test_decoder_layer_equation(tiny_data_bin):
 
 
 def test_no_layer_norm_variant(tiny_data_bin):
-    """w/o LN (App. D): no LayerNorm at all; out = alpha x + beta (h + FFN(h)), h = x + Attn(x)."""
-    model = build(tiny_data_bin, ARCH, *TINY_MODEL, "--b2t-no-layer-norm")[0].eval()
+    """w/o LN (App. D): no LayerNorm at all; out = alpha x + beta (h + FFN(h)), h = x + Attn(x),
+    with each stack's own N and d: a 12-layer encoder of width 32 takes the N^-0.15 branch of
+    alpha = min(N/12, N^-0.15), a 3-layer decoder of width 48 the N/12 one."""
+    dims = ["--encoder-layers", 12, "--decoder-layers", 3, "--decoder-embed-dim", 48, "--decoder-ffn-embed-dim", 96]
+    model = build(tiny_data_bin, ARCH, *TINY_MODEL, *dims, "--b2t-no-layer-norm")[0].eval()
     assert not [n for n, m in model.named_modules() if "LayerNorm" in type(m).__name__]
     assert not [n for n, _ in model.named_parameters() if "norm" in n]
-    for layer in list(model.encoder.layers) + list(model.decoder.layers):
-        assert (layer.alpha, layer.beta) == (pytest.approx(2 / 12), pytest.approx(32**-0.2))  # N = 2, d = 32
-    layer = model.encoder.layers[0]
+    enc_alpha, enc_beta = 12**-0.15, 32**-0.2  # 0.6888 < 12/12 = 1; 0.5
+    dec_alpha, dec_beta = 3 / 12, 48**-0.2  # 0.25 < 3^-0.15 = 0.848; 0.4611
+    assert (enc_alpha, dec_alpha, dec_beta) == pytest.approx((0.68885, 0.25, 0.46105), abs=1e-5)
+    for stack, alpha, beta in (("encoder", enc_alpha, enc_beta), ("decoder", dec_alpha, dec_beta)):
+        layers = getattr(model, stack).layers
+        assert [(lay.alpha, lay.beta) for lay in layers] == [(pytest.approx(alpha), pytest.approx(beta))] * len(layers)
+    layer = model.encoder.layers[-1]
     x, pad = torch.randn(5, 3, 32), torch.zeros(3, 5, dtype=torch.bool)
     h = x + attend(layer.self_attn, x, x, key_padding_mask=pad)
-    expected = (2 / 12) * x + 32**-0.2 * (h + ffn(layer, h))
+    expected = enc_alpha * x + enc_beta * (h + ffn(layer, h))
     torch.testing.assert_close(layer(x, pad), expected)
 
-    layer = model.decoder.layers[0]
-    x, enc = torch.randn(4, 2, 32), torch.randn(6, 2, 32)
+    layer = model.decoder.layers[-1]
+    x, enc = torch.randn(4, 2, 48), torch.randn(6, 2, 32)
     causal = torch.triu(torch.full((4, 4), float("-inf")), 1)
     h1 = x + attend(layer.self_attn, x, x, attn_mask=causal)
     h2 = h1 + attend(layer.encoder_attn, h1, enc)
-    expected = (2 / 12) * x + 32**-0.2 * (h2 + ffn(layer, h2))
+    expected = dec_alpha * x + dec_beta * (h2 + ffn(layer, h2))
     out = layer(x, encoder_out=enc, encoder_padding_mask=None, self_attn_mask=causal)[0]
     torch.testing.assert_close(out, expected)
 

@@ -1,12 +1,15 @@
 """End to end through the real command-line tools on tiny data: ``fairseq-train
---user-dir`` for each architecture, resume from ``checkpoint_last.pt``, and
-``fairseq-generate --user-dir``. New methods are covered by registering them."""
+--user-dir`` for each architecture, resume from ``checkpoint_last.pt`` (the same run as
+without the interruption), and ``fairseq-generate --user-dir``. New methods are covered by
+registering them."""
 
 import math
 import re
+import shutil
 
 import pytest
-from conftest import PLUGIN_DIR, TINY_MODEL, json_records, plugin_archs, run_cli
+import torch
+from conftest import PLUGIN_DIR, TINY_MODEL, assert_bleu_line_is_sacrebleu, json_records, plugin_archs, run_cli
 
 from fairseq_layernorm_plugins.optim.lr_scheduler.epoch_decay_nowarmup import epoch_decay_lr
 from fairseq_layernorm_plugins.optim.lr_scheduler.inverse_sqrt_nowarmup import inverse_sqrt_nowarmup_lr
@@ -34,6 +37,7 @@ EPOCH_DECAY = [
 # (arch, optimizer flags, schedule flags): every model with its recipe's kind of schedule
 # (warm-up unless the method is meant to train without), and each new optimizer /
 # schedule once
+RESUME_AT = 7  # in epoch 1, after RAdam (beta2 0.98) has started to rectify (t = 6); compared at 3x
 NO_WARMUP_METHODS = {"transformer_tfixup_iwslt_de_en"}
 RUNS = [(arch, ADAM, NOWARMUP if arch in NO_WARMUP_METHODS else WARMUP) for arch in MODEL_ARCHS] + [
     ("transformer_preln_iwslt_de_en", RADAM, NOWARMUP),
@@ -41,8 +45,9 @@ RUNS = [(arch, ADAM, NOWARMUP if arch in NO_WARMUP_METHODS else WARMUP) for arch
 ]
 
 
-def train(data_bin, save_dir, arch, optimizer, schedule, max_update):
-    # exactly the README's form: run from the repository root with a relative --user-dir
+def train(data_bin, save_dir, arch, optimizer, schedule, max_update, *extra):
+    # exactly the README's form: run from the repository root with a relative --user-dir;
+    # dropout 0, so that a resumed run can be compared with the uninterrupted one bit for bit
     return run_cli(
         "fairseq-train",
         data_bin,
@@ -78,8 +83,27 @@ def train(data_bin, save_dir, arch, optimizer, schedule, max_update):
         "--log-interval",
         "1",
         "--no-progress-bar",
+        "--dropout",
+        "0",
+        *extra,
         cwd=PLUGIN_DIR.parent,
     )
+
+
+def assert_identical(a, b, where=""):
+    """Two checkpoint entries (nested dicts / lists of tensors and numbers) equal bit for bit."""
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), where
+        for key in a:
+            assert_identical(a[key], b[key], f"{where}.{key}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_identical(x, y, f"{where}[{i}]")
+    elif torch.is_tensor(a):
+        assert torch.equal(a, b), f"{where}: differs by up to {(a.double() - b.double()).abs().max().item():.3g}"
+    else:
+        assert a == b, where
 
 
 def check_lrs(records, schedule):
@@ -100,19 +124,36 @@ def check_lrs(records, schedule):
 
 @pytest.mark.parametrize("arch, optimizer, schedule", RUNS, ids=lambda x: x if isinstance(x, str) else x[1])
 def test_train_resume_generate(tiny_data_bin, tmp_path, arch, optimizer, schedule):
-    save = tmp_path / "ckpt"
-    first = train(tiny_data_bin, save, arch, optimizer, schedule, max_update=25)
-    losses = [float(r["loss"]) for r in json_records(first, "train_inner")]
-    assert len(losses) == 25
-    assert sum(losses[-5:]) / 5 < sum(losses[:5]) / 5 - 0.3, f"loss did not decrease: {losses}"
-    assert (save / "checkpoint_last.pt").exists()
+    """25 updates, saving every 7; the checkpoint at update 7 as another run's checkpoint_last.pt,
+    resumed to update 21, logs the same losses and lrs and ends with the same model and optimizer
+    state as the checkpoint at 21, bit for bit (a resume that lost or altered any state shows);
+    the lr at every update is the schedule's formula; fairseq-generate's BLEU line is sacreBLEU's
+    on its output.
 
-    second = train(tiny_data_bin, save, arch, optimizer, schedule, max_update=40)
-    assert re.search(r"Loaded checkpoint .*checkpoint_last\.pt \(epoch \d+ @ 25 updates\)", second)
+    The resume is inside epoch 1 (10 updates): fairseq-fixed cuts a resumed run's batches
+    under seed + the resume epoch, so stock transformer resumed in a later epoch trains on
+    other batches (the plugin's resume_batches patch fixes that for its own archs only)."""
+    whole, resumed_dir = tmp_path / "whole", tmp_path / "resumed"
+    first = train(tiny_data_bin, whole, arch, optimizer, schedule, 25, "--save-interval-updates", RESUME_AT)
+    records = json_records(first, "train_inner")
+    losses = [float(r["loss"]) for r in records]
+    assert [int(r["num_updates"]) for r in records] == list(range(1, 26))
+    assert sum(losses[-5:]) / 5 < sum(losses[:5]) / 5 - 0.3, f"loss did not decrease: {losses}"
+    check_lrs(records, schedule)
+    resumed_dir.mkdir()
+    shutil.copy(whole / f"checkpoint_1_{RESUME_AT}.pt", resumed_dir / "checkpoint_last.pt")
+
+    second = train(tiny_data_bin, resumed_dir, arch, optimizer, schedule, 3 * RESUME_AT)
+    assert re.search(rf"Loaded checkpoint .*checkpoint_last\.pt \(epoch 1 @ {RESUME_AT} updates\)", second)
     resumed = json_records(second, "train_inner")
-    assert [int(r["num_updates"]) for r in resumed] == list(range(26, 41))
-    check_lrs(json_records(first, "train_inner") + resumed, schedule)
-    assert float(resumed[-1]["loss"]) < losses[0]
+    assert [int(r["num_updates"]) for r in resumed] == list(range(RESUME_AT + 1, 3 * RESUME_AT + 1))
+    assert [(r["loss"], r["lr"]) for r in resumed] == [(r["loss"], r["lr"]) for r in records[RESUME_AT : 3 * RESUME_AT]]
+    (at_21,) = whole.glob(f"checkpoint_*_{3 * RESUME_AT}.pt")
+    reference, state = (
+        torch.load(path, map_location="cpu", weights_only=False) for path in (at_21, resumed_dir / "checkpoint_last.pt")
+    )
+    assert_identical(state["model"], reference["model"], "model")
+    assert_identical(state["last_optimizer_state"], reference["last_optimizer_state"], "optimizer")
 
     out = run_cli(
         "fairseq-generate",
@@ -120,7 +161,7 @@ def test_train_resume_generate(tiny_data_bin, tmp_path, arch, optimizer, schedul
         "--user-dir",
         PLUGIN_DIR.name,
         "--path",
-        save / "checkpoint_last.pt",
+        resumed_dir / "checkpoint_last.pt",
         "--gen-subset",
         "test",
         "--beam",
@@ -132,4 +173,4 @@ def test_train_resume_generate(tiny_data_bin, tmp_path, arch, optimizer, schedul
     )
     hypotheses = [line for line in out.splitlines() if line.startswith("H-")]
     assert len(hypotheses) == 40 and all(len(h.split("\t")) == 3 for h in hypotheses)
-    assert "BLEU4" in out
+    assert_bleu_line_is_sacrebleu(out)

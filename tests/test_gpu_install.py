@@ -1,9 +1,11 @@
 """The GPU bundle's offline install: collect, then install.sh into a venv shaped like a GPU node
 (a few minutes: fairseq compiles; its own file so that it runs beside the other tests)."""
 
+import http.server
 import os
 import subprocess
 import sys
+import threading
 
 import pytest
 from test_gpu_bundle import GPU, collect
@@ -16,12 +18,14 @@ def test_bundle_installs_offline_into_a_node_like_venv(tmp_path):
     fairseq compiled against that torch, the plugin imports, torch untouched; a rerun only checks."""
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
     bundle = tmp_path / "bundle"
+    if not collect.index_reachable():  # the only reason to skip: any other failure fails
+        pytest.skip(f"the package index {collect.index_url()} does not answer")
     try:
         collect.main(["--out", str(bundle), "--python-version", version, "--no-data"])
     except SystemExit as err:
-        if "is a package index reachable" in str(err):
-            pytest.skip(f"no package index: {err}")
-        raise
+        if isinstance(err.__context__, collect.IndexUnreachable):
+            pytest.skip(f"the package index stopped answering: {err}")
+        pytest.fail(f"collect failed with the package index answering: {err}")
     node = tmp_path / "node"
     subprocess.run([sys.executable, "-m", "venv", node], check=True)
     python = node / "bin" / "python"
@@ -55,3 +59,43 @@ def test_bundle_installs_offline_into_a_node_like_venv(tmp_path):
     assert imported.stdout.strip() == torch.__version__  # the node's torch, not another
     again = subprocess.run(["bash", GPU / "install.sh", bundle], capture_output=True, text=True, env=env, timeout=300)
     assert again.returncode == 0 and "fairseq-fixed 0.12.3.1 already installed" in again.stdout
+
+
+def test_a_pip_failure_is_a_network_problem_only_when_the_index_does_not_answer(monkeypatch):
+    """collect.pip: a failure with the index answering (a bad pin) is pip's own error, which the
+    install test fails on; only with the index not answering is it IndexUnreachable (a skip)."""
+    bad_pin = subprocess.CompletedProcess([], 1, "", "ERROR: No matching distribution found for sacremoses==0.0.0\n")
+    monkeypatch.setattr(collect.subprocess, "run", lambda *args, **kwargs: bad_pin)
+    monkeypatch.setattr(collect, "index_url", lambda: "https://index.example/simple")
+    monkeypatch.setattr(collect, "index_reachable", lambda url: True)
+    with pytest.raises(collect.CollectError) as err:
+        collect.pip("download", "sacremoses==0.0.0", label="wheels")
+    assert type(err.value) is collect.CollectError
+    assert str(err.value) == "wheels: pip exited 1: ERROR: No matching distribution found for sacremoses==0.0.0"
+    monkeypatch.setattr(collect, "index_reachable", lambda url: url != "https://index.example/simple")
+    with pytest.raises(
+        collect.IndexUnreachable, match=r"sacremoses==0.0.0 \(the package index https://index.example/simple"
+    ):
+        collect.pip("download", "sacremoses==0.0.0", label="wheels")
+
+
+class _NotFound(http.server.BaseHTTPRequestHandler):
+    def do_HEAD(self):
+        self.send_response(404)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def test_index_reachable_is_any_answer(tmp_path):
+    """A server that answers, even 404, is reachable; a closed port or a missing file: index is not."""
+    server = http.server.HTTPServer(("127.0.0.1", 0), _NotFound)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        assert collect.index_reachable(f"http://127.0.0.1:{server.server_port}/simple")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert not collect.index_reachable(f"http://127.0.0.1:{server.server_port}/simple", timeout=5)
+    assert collect.index_reachable(tmp_path.as_uri()) and not collect.index_reachable((tmp_path / "no").as_uri())

@@ -121,13 +121,15 @@ def test_radam_foreach_is_the_loop_over_many_parameters(tiny_data_bin):
 
 
 def test_radam_under_fairseqs_fp16_wrapper(tiny_data_bin):
-    """--fp16: fp32 master weights get RAdam's update, the fp16 model gets their copy."""
+    """--fp16: fp32 master weights get RAdam's update, the fp16 model gets their copy. 12 updates
+    with beta2 0.98 (rectified from t = 6): every weight moves by more than 10x the tolerance,
+    so a wrapper that does not step, or does not copy back, fails."""
     cfg = config(
         tiny_data_bin,
         "--optimizer",
         "radam",
         "--lr",
-        "0.01",
+        "0.05",
         "--adam-betas",
         "(0.9, 0.98)",
         "--fp16",
@@ -139,9 +141,10 @@ def test_radam_under_fairseqs_fp16_wrapper(tiny_data_bin):
     half = torch.nn.Linear(4, 3).half()
     full = torch.nn.Linear(4, 3).double()
     full.load_state_dict(half.state_dict())
+    initial = [p.detach().double().clone() for p in half.parameters()]
     fp16_opt = FP16Optimizer.build_optimizer(cfg, list(half.parameters()))
     ref_opt = optim.build_optimizer(cfg.optimizer, list(full.parameters()))
-    for _ in range(6):
+    for _ in range(12):
         x = torch.randn(5, 4)
         fp16_opt.zero_grad()
         fp16_opt.backward(half(x.half()).float().pow(2).sum())  # scaled by 128 inside
@@ -149,27 +152,41 @@ def test_radam_under_fairseqs_fp16_wrapper(tiny_data_bin):
         ref_opt.zero_grad()
         full(x.double()).pow(2).sum().backward()
         ref_opt.step()
-    for p, q in zip(half.parameters(), full.parameters()):
+    atol = 3e-4  # fp16 rounding of weights below 1 is at most 2.4e-4
+    for p, q, p0 in zip(half.parameters(), full.parameters(), initial):
         assert p.dtype == torch.float16
-        torch.testing.assert_close(p.double(), q, rtol=0, atol=5e-3)
+        assert (q - p0).abs().min() > 10 * atol  # RAdam really stepped, every weight
+        torch.testing.assert_close(p.double(), q, rtol=0, atol=atol)
     assert fp16_opt.scaler.loss_scale == 128
 
 
 def test_radam_state_survives_a_checkpoint(tiny_data_bin):
-    cfg = config(tiny_data_bin, "--optimizer", "radam", "--lr", "0.01")
-    a, b = torch.nn.Parameter(torch.ones(3)), torch.nn.Parameter(torch.ones(3))
-    opt_a, opt_b = optim.build_optimizer(cfg.optimizer, [a]), optim.build_optimizer(cfg.optimizer, [b])
-    for _ in range(3):
-        a.grad = torch.tensor([1.0, -2.0, 0.5])
+    """An optimizer restored from a checkpoint after 8 updates takes the uninterrupted run's
+    next 4 updates bit for bit. The defaults (beta2 0.999) rectify from t = 6 (rho_6 = 5.99),
+    so updates 6-12 move the parameters by amounts that depend on the moments and the step
+    count: a restore that lost them (t restarting at 1: no step while rho_t < 5) shows."""
+    cfg = config(tiny_data_bin, "--optimizer", "radam", "--lr", "0.1")
+    torch.manual_seed(0)
+    grads = [torch.randn(3) for _ in range(12)]
+    a, b, fresh = (torch.nn.Parameter(torch.ones(3)) for _ in range(3))
+    opt_a, opt_b, opt_fresh = (optim.build_optimizer(cfg.optimizer, [p]) for p in (a, b, fresh))
+    for g in grads[:8]:
+        a.grad = g.clone()
         opt_a.step()
     b.data.copy_(a.data)
+    fresh.data.copy_(a.data)
     saved = io.BytesIO()
     torch.save(opt_a.state_dict(), saved)  # what a checkpoint does
-    opt_b.load_state_dict(torch.load(io.BytesIO(saved.getvalue())))
-    for p, opt in ((a, opt_a), (b, opt_b)):
-        p.grad = torch.tensor([0.3, 0.3, -1.0])
-        opt.step()
-    torch.testing.assert_close(a.data, b.data, rtol=0, atol=0)
+    opt_b.load_state_dict(torch.load(io.BytesIO(saved.getvalue()), weights_only=False))
+    for g in grads[8:]:
+        for p, opt in ((a, opt_a), (b, opt_b), (fresh, opt_fresh)):
+            p.grad = g.clone()
+            opt.step()
+    torch.testing.assert_close(b.data, a.data, rtol=0, atol=0)
+    expected = reference_radam(torch.ones(3, dtype=torch.float64), [g.double() for g in grads], 0.1, 0.9, 0.999,
+                               1e-8, 0.0, decoupled=True, sgd_while_intractable=False)  # fmt: skip
+    torch.testing.assert_close(a.data.double(), expected, rtol=1e-5, atol=1e-6)
+    assert (a.data - 1).abs().min() > 1e-3 and (a.data - fresh.data).abs().min() > 1e-3  # it moved; the state mattered
 
 
 def schedule(data_bin, *flags):

@@ -13,15 +13,23 @@ The bundle holds what a node with its own CUDA build of torch lacks, and nothing
   trains and scores on (``--data``; prepared from ``--iwslt-dir`` when missing).
 
 Idempotent: files already downloaded are kept, files no requirement names any more are
-removed. Prints each part's size and fails past ``--limit-mib`` (64 MiB). On the node:
+removed. Prints each part's size and fails past ``--limit-mib`` (64 MiB). When pip fails,
+the package index is asked once on its own: a failure while it answers (a bad pin, a
+missing wheel) is reported as pip's error, and only an index that does not answer as a
+network problem (:class:`IndexUnreachable`). On the node:
 ``scripts/gpu/install.sh`` then ``scripts/gpu/check.py`` (README, "On a GPU cluster").
 """
 
 import argparse
+import os
 import shutil
+import ssl
 import subprocess
 import sys
 import tarfile
+import urllib.error
+import urllib.parse
+import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -37,10 +45,15 @@ PLATFORMS = (
     "manylinux1_x86_64",
 )
 DATA_FILES = ("stamp.json", "test.raw.de", "test.raw.en", "test.tok.de", "test.tok.en")
+DEFAULT_INDEX = "https://pypi.org/simple"
 
 
 class CollectError(RuntimeError):
     """A step of the collection failed; the message is one line."""
+
+
+class IndexUnreachable(CollectError):
+    """pip failed and the package index does not answer: a network problem, not the pins'."""
 
 
 def requirements(*paths):
@@ -81,8 +94,40 @@ def distribution_of(filename):
     return str(name), str(version)
 
 
+def index_url():
+    """The index pip downloads from: ``PIP_INDEX_URL``, else pip's configured ``index-url``,
+    else PyPI."""
+    if os.environ.get("PIP_INDEX_URL"):
+        return os.environ["PIP_INDEX_URL"].split()[0]
+    proc = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True)
+    for line in proc.stdout.splitlines():
+        key, _, value = line.partition("=")
+        if key.rpartition(".")[2] == "index-url" and value.strip("'\" "):
+            return value.strip("'\" ").split()[0]
+    return DEFAULT_INDEX
+
+
+def index_reachable(url=None, timeout=15.0):
+    """Whether the package index at ``url`` (default: :func:`index_url`) answers at all, any
+    HTTP status included: one HEAD request for pip's own project page (never the index's list
+    of every project); a ``file:`` index is reachable when its folder exists."""
+    url = (url or index_url()).rstrip("/")
+    if url.startswith("file:"):
+        return Path(urllib.request.url2pathname(urllib.parse.urlparse(url).path)).is_dir()
+    context = ssl.create_default_context(cafile=os.environ.get("PIP_CERT") or None)
+    try:
+        urllib.request.urlopen(urllib.request.Request(f"{url}/pip/", method="HEAD"), timeout=timeout, context=context)
+    except urllib.error.HTTPError:
+        return True  # it answered
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+    return True
+
+
 def pip(*args, label):
-    """Run ``python -m pip ARGS``; on failure raise with pip's last error line."""
+    """Run ``python -m pip ARGS``; on failure raise with pip's last error line:
+    :class:`IndexUnreachable` if the package index does not answer (:func:`index_reachable`),
+    else :class:`CollectError`."""
     proc = subprocess.run(
         [sys.executable, "-m", "pip", *args, "--disable-pip-version-check"], capture_output=True, text=True
     )
@@ -90,9 +135,11 @@ def pip(*args, label):
         errors = [line for line in (proc.stderr + proc.stdout).splitlines() if line.startswith("ERROR")] or (
             proc.stderr or proc.stdout
         ).splitlines()
-        raise CollectError(
-            f"{label}: pip exited {proc.returncode}: {errors[-1] if errors else '(no output)'} (is a package index reachable?)"
-        )
+        message = f"{label}: pip exited {proc.returncode}: {errors[-1] if errors else '(no output)'}"
+        url = index_url()
+        if not index_reachable(url):
+            raise IndexUnreachable(f"{message} (the package index {url} does not answer)")
+        raise CollectError(message)
     return proc.stdout
 
 
