@@ -191,25 +191,34 @@ def test_resumed_fp16_run_continues_with_its_loss_scale_and_omegas(tiny_data_bin
         assert torch.allclose(resumed_model["model"][key], whole_model["model"][key], atol=0.02)
 
 
+def admin_profile(data_bin, tmp_path, name, *flags):
+    """One update of Admin with ``flags``: (its profile JSON, an fp32 copy of its model before
+    the update)."""
+    logs = fairseq_train(
+        data_bin,
+        tmp_path / name,
+        "transformer_admin",
+        *flags,
+        *("--admin-profile-json", tmp_path / f"{name}.json"),
+        updates=1,
+        keep_model_at_start=True,
+    )
+    return json.loads((tmp_path / f"{name}.json").read_text()), logs.start_model
+
+
+def omegas(profile, stack):
+    return [r["omega"] for r in profile[stack]]
+
+
 @pytest.mark.parametrize("precision", PRECISIONS)
 def test_admin_profiles_before_the_half_conversion(precision, tiny_data_bin, tmp_path):
     """Admin's omegas in an fp16 / bf16 run are those of an fp32 run of the same seed and
     batch, exactly: profiling runs before fairseq's Trainer halves the model."""
-    profiles = {}
-    for name, flags in (("fp32", ()), (precision, (f"--{precision}",))):
-        fairseq_train(
-            tiny_data_bin,
-            tmp_path / name,
-            "transformer_admin",
-            *flags,
-            "--admin-profile-json",
-            tmp_path / f"{name}.json",
-            updates=1,
-        )
-        profiles[name] = json.loads((tmp_path / f"{name}.json").read_text())
+    exact, _ = admin_profile(tiny_data_bin, tmp_path, "fp32")
+    half, _ = admin_profile(tiny_data_bin, tmp_path, precision, f"--{precision}")
     for stack in ("encoder", "decoder"):
-        assert [r["omega"] for r in profiles[precision][stack]] == [r["omega"] for r in profiles["fp32"][stack]]
-        assert all(r["omega"] > 1 for r in profiles["fp32"][stack][1:])  # a real profile, not omega = 1
+        assert omegas(half, stack) == omegas(exact, stack)
+        assert all(w > 1 for w in omegas(exact, stack)[1:])  # a real profile, not omega = 1
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)
@@ -217,27 +226,14 @@ def test_admin_profile_precision_profiles_a_half_copy(precision, tiny_data_bin, 
     """``--admin-profile-precision fp16|bf16``: the profiling pass runs in half precision (as
     the authors' profiling run under ``--fp16``): omegas near the fp32 profile's but not equal,
     and set in the model as profiled (fairseq then rounds them with the model's other weights)."""
-    profiles = {}
-    for name, flags in (("fp32", ()), (precision, ("--admin-profile-precision", precision))):
-        logs = fairseq_train(
-            tiny_data_bin,
-            tmp_path / name,
-            "transformer_admin",
-            *flags,
-            "--admin-profile-json",
-            tmp_path / f"{name}.json",
-            updates=1,
-            keep_model_at_start=True,
-        )
-        profiles[name] = (json.loads((tmp_path / f"{name}.json").read_text()), logs.start_model)
+    exact, _ = admin_profile(tiny_data_bin, tmp_path, "fp32")
+    half, model = admin_profile(tiny_data_bin, tmp_path, precision, "--admin-profile-precision", precision)
     ulp = {"fp16": 2**-10, "bf16": 2**-7}[precision]
     for stack in ("encoder", "decoder"):
-        exact = [r["omega"] for r in profiles["fp32"][0][stack]]
-        half = [r["omega"] for r in profiles[precision][0][stack]]
-        assert half != exact and half == pytest.approx(exact, rel=32 * ulp)
-        model = profiles[precision][1]
-        trained = [getattr(model, stack).layers[r["layer"]].omega[r["sublayer"]] for r in profiles[precision][0][stack]]
-        assert all(torch.equal(t, torch.full_like(t, w)) for t, w in zip(trained, half))
+        assert omegas(half, stack) != omegas(exact, stack)
+        assert omegas(half, stack) == pytest.approx(omegas(exact, stack), rel=32 * ulp)
+        trained = [getattr(model, stack).layers[r["layer"]].omega[r["sublayer"]] for r in half[stack]]
+        assert all(torch.equal(t, torch.full_like(t, w)) for t, w in zip(trained, omegas(half, stack)))
 
 
 def test_amp_without_cuda_is_refused_in_one_line(tiny_data_bin, tmp_path):
