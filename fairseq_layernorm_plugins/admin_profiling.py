@@ -15,9 +15,11 @@ start identical.
 """
 
 import copy
+import json
 import logging
 import os
 import time
+from pathlib import Path
 
 import torch
 from fairseq import utils
@@ -100,12 +102,38 @@ def profile_in_precision_(model, batches, precision="fp32", mask_padding=False):
     if precision == "fp32":
         return profile_admin_(model, batches, mask_padding)
     report = profile_admin_(copy.deepcopy(model).to(HALF[precision]), batches, mask_padding)
-    stacks = model.admin_layers()
-    with torch.no_grad():
-        for stack, rows in report.items():
-            for row in rows:
-                stacks[stack][row["layer"]].omega[row["sublayer"]].fill_(row["omega"])
+    set_omegas_(model, report)
     return report
+
+
+def set_omegas_(model, report, source="profile"):
+    """Set every omega of ``model`` from a profile report ({"encoder" | "decoder": rows of
+    layer, sublayer, omega}, as :func:`profile_admin_` returns and ``--admin-profile-json``
+    writes); ``source`` names it in the error when the report does not fit the model."""
+    stacks = model.admin_layers()
+    for stack, layers in stacks.items():
+        rows = report.get(stack) if isinstance(report, dict) else None
+        expected = [(i, k) for i, layer in enumerate(layers) for k in range(layer.num_sublayers)]
+        if not isinstance(rows, list) or [(r.get("layer"), r.get("sublayer")) for r in rows] != expected:
+            raise ValueError(
+                f"{source}: its {stack} rows are not this model's {len(expected)} {stack} sub-layers "
+                f"({len(layers)} layers)"
+            )
+    with torch.no_grad():
+        for stack, layers in stacks.items():
+            for row in report[stack]:
+                layers[row["layer"]].omega[row["sublayer"]].fill_(float(row["omega"]))
+
+
+def omegas_from_file_(model, path):
+    """``--admin-profile-from PATH``: omega from another run's ``--admin-profile-json`` (the
+    authors profile once, with seed 1111, and train every seed of a setting from that file)."""
+    try:
+        report = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{path}: not a readable Admin profile ({err})") from None
+    set_omegas_(model, report, source=path)
+    logger.info(f"Admin: omega comes from {path} (--admin-profile-from); not profiling")
 
 
 def padding_masks(model, sample):
@@ -195,6 +223,8 @@ def maybe_profile(cfg, task, model):
                 f"{path}: not a checkpoint of this model (missing {missing[:3]}, unexpected {unexpected[:3]})"
             )
         logger.info(f"Admin: {path} holds no omega; profiling its weights")
+    if getattr(args, "admin_profile_from", None):
+        return omegas_from_file_(model, args.admin_profile_from)
     if torch.cuda.is_available() and not cfg.common.cpu:
         model.cuda()
     start = time.perf_counter()

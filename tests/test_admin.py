@@ -362,3 +362,36 @@ def test_profile_batches_and_mask_padding_from_the_command_line(tiny_data_bin, t
     assert_omegas_equal(checkpoint_omegas(state), expected)
     assert max_rel_difference(profile_of(tiny_data_bin, state, batches[:1], mask_padding=True), expected) > 1e-3
     assert max_rel_difference(profile_of(tiny_data_bin, state, batches, mask_padding=False), expected) > 1e-3
+
+
+def test_profile_from_another_runs_json(tiny_data_bin, tmp_path):
+    """``--admin-profile-from``: a seed-2 run takes seed 1's profiled omegas (the authors' one
+    profile for every seed) instead of profiling its own, which differ; a profile of another
+    depth is refused in one line naming the file."""
+    from helpers.in_process import fairseq_train
+
+    def run(name, *flags):
+        json_path = tmp_path / f"{name}.json"
+        logs = fairseq_train(
+            tiny_data_bin,
+            tmp_path / name,
+            "transformer_admin",
+            *flags,
+            "--admin-profile-json",
+            json_path,
+            updates=1,
+            keep_model_at_start=True,
+        )
+        return (json.loads(json_path.read_text()) if json_path.exists() else None), logs.start_model
+
+    seed1, _ = run("seed1")
+    seed2, _ = run("seed2", "--seed", 2)
+    taken, model = run("taken", "--seed", 2, "--admin-profile-from", tmp_path / "seed1.json")
+    assert taken is None  # not profiled
+    for stack in ("encoder", "decoder"):
+        assert [r["omega"] for r in seed2[stack]] != [r["omega"] for r in seed1[stack]]
+        for r in seed1[stack]:
+            omega = getattr(model, stack).layers[r["layer"]].omega[r["sublayer"]]
+            assert torch.equal(omega, torch.full_like(omega, r["omega"]))
+    with pytest.raises(ValueError, match=r"seed1\.json: its encoder rows are not this model's 6 encoder sub-layers"):
+        run("deeper", "--encoder-layers", 3, "--admin-profile-from", tmp_path / "seed1.json")

@@ -1,20 +1,15 @@
 """fairseq's own fp16 and bf16 training paths on a CPU (``_compat.fp16_on_cpu``,
-``_compat.bf16_without_tpu``), for every method the package registers.
+``_compat.bf16_without_tpu``), for every method the package registers, each run through
+fairseq-train's own entry point in this process (``helpers/in_process.py``)."""
 
-Each run is ``fairseq-train``'s own ``call_main(cfg, train.main)`` in this process (what
-the console script does after parsing), so the patches on fairseq's entry point are the
-ones exercised; the metrics are fairseq's json log records.
-"""
-
-import contextlib
 import json
-import logging
 import math
 import statistics
 
 import pytest
 import torch
 from conftest import PLUGIN_DIR, TINY_MODEL, run_cli
+from helpers.in_process import fairseq_train
 
 from fairseq_layernorm_plugins.models.base import ARCH_FAMILIES
 
@@ -22,85 +17,6 @@ from fairseq_layernorm_plugins.models.base import ARCH_FAMILIES
 VARIANTS = [(model, ()) for model in ARCH_FAMILIES] + [("transformer_b2t", ("--b2t-no-layer-norm",))]
 PRECISIONS = {"fp16": torch.float16, "bf16": torch.bfloat16}
 UPDATES = 24
-
-
-class JsonRecords(logging.Handler):
-    """Collects fairseq's ``--log-format json`` records: (tag, dict); other lines as text."""
-
-    def __init__(self):
-        super().__init__(logging.INFO)
-        self.records, self.lines = [], []
-
-    def emit(self, record):
-        message = record.getMessage()
-        if record.name in ("train_inner", "train", "valid") and message.startswith("{"):
-            self.records.append((record.name, json.loads(message)))
-        else:
-            self.lines.append(message)
-
-    def of(self, tag):
-        return [r for name, r in self.records if name == tag]
-
-
-@contextlib.contextmanager
-def captured_logs():
-    root = logging.getLogger()
-    handler, level = JsonRecords(), root.level
-    root.addHandler(handler)
-    root.setLevel(logging.INFO)
-    try:
-        yield handler
-    finally:
-        root.removeHandler(handler)
-        root.setLevel(level)
-
-
-@contextlib.contextmanager
-def captured_trainers(keep_model_at_start=False):
-    """The fairseq ``Trainer`` objects built inside the block; with ``keep_model_at_start``
-    each holds an fp32 copy of its model as built (after Admin's profiling) as ``.start_model``."""
-    import copy
-
-    from fairseq.trainer import Trainer
-
-    trainers, init = [], Trainer.__init__
-
-    def capturing_init(self, cfg, task, model, *args, **kwargs):
-        init(self, cfg, task, model, *args, **kwargs)
-        if keep_model_at_start:
-            self.start_model = copy.deepcopy(model).float()
-        trainers.append(self)
-
-    Trainer.__init__ = capturing_init
-    try:
-        yield trainers
-    finally:
-        Trainer.__init__ = init
-
-
-def fairseq_train(data_bin, save_dir, arch, *flags, updates=UPDATES, keep_model_at_start=False):
-    """``fairseq-train`` in this process: returns its :class:`JsonRecords`, with the
-    trainer's model (in the precision it trained in) as ``.model`` and, with
-    ``keep_model_at_start``, an fp32 copy of it before the first update as ``.start_model``."""
-    from fairseq import options
-    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-    from fairseq.distributed import utils as distributed_utils
-    from fairseq_cli import train
-
-    argv = [
-        str(data_bin),
-        *("--user-dir", str(PLUGIN_DIR), "--arch", arch, *TINY_MODEL),
-        *("--optimizer", "adam", "--lr", "2e-3", "--max-tokens", "500", "--max-update", str(updates)),
-        *("--dropout", "0", "--seed", "1", "--cpu", "--num-workers", "0"),
-        *("--save-dir", str(save_dir), "--no-epoch-checkpoints", "--log-format", "json", "--log-interval", "1"),
-        *map(str, flags),
-    ]
-    cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), argv))
-    with captured_logs() as logs, captured_trainers(keep_model_at_start) as trainers:
-        distributed_utils.call_main(cfg, train.main)
-    logs.model = trainers[-1].model
-    logs.start_model = getattr(trainers[-1], "start_model", None)
-    return logs
 
 
 def falling(losses):
@@ -117,7 +33,7 @@ def floating_dtypes(model):
 def test_every_method_trains_in_half_precision_on_cpu(arch, extra, precision, tiny_data_bin, tmp_path):
     """The user's flags alone (``--cpu --fp16`` / ``--cpu --bf16``): fairseq's flat fp32
     master copy, its dynamic loss scale (fp16) or none (bf16), the model itself in half."""
-    logs = fairseq_train(tiny_data_bin, tmp_path, arch, *extra, f"--{precision}")
+    logs = fairseq_train(tiny_data_bin, tmp_path, arch, *extra, f"--{precision}", updates=UPDATES)
     inner = logs.of("train_inner")
     losses = [float(r["loss"]) for r in inner]
     assert len(losses) == UPDATES

@@ -153,6 +153,12 @@ class TransformerAdminModel(PluginTransformerModel):
             "--admin-profile-json", help="also write the profiled variances and omega to this JSON file"
         )
         parser.add_argument(
+            "--admin-profile-from",
+            metavar="JSON",
+            help="take omega from another run's --admin-profile-json instead of profiling (the authors "
+            "profile once, seed 1111, and train every seed of a setting from that profile)",
+        )
+        parser.add_argument(
             "--admin-profile-precision",
             choices=ADMIN_PROFILE_PRECISIONS,
             help="precision of the profiling pass: fp32 (default: the same omega whatever the training "
@@ -197,6 +203,7 @@ def admin_defaults(args):
     args.admin_profile_mask_padding = getattr(args, "admin_profile_mask_padding", False)
     args.admin_profile_json = getattr(args, "admin_profile_json", None)
     args.admin_profile_precision = getattr(args, "admin_profile_precision", "fp32")
+    args.admin_profile_from = getattr(args, "admin_profile_from", None)
 
 
 ARCHS = register_arch_family("transformer_admin", admin_defaults)
