@@ -7,8 +7,6 @@ fairseq's own tests run it), a few epochs of the toy reversal task.
 """
 
 import argparse
-import contextlib
-import json
 import logging
 import shutil
 
@@ -19,6 +17,7 @@ from fairseq import checkpoint_utils, tasks
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from fairseq.models import MODEL_REGISTRY
 from fairseq.modules import FairseqDropout
+from helpers.in_process import captured_logs
 
 from fairseq_layernorm_plugins.models.base import ARCH_FAMILIES, PluginTransformerModel
 
@@ -39,38 +38,16 @@ def test_every_registered_arch_is_covered():
     assert not not_translation, f"no scenario builds {not_translation}: add their task to this module"
 
 
-@contextlib.contextmanager
-def json_logs():
-    """{"train" | "valid" | "train_inner": [records]} of the ``--log-format json`` lines
-    logged inside the block, filled in as they are logged."""
-    records = {}
-
-    class Recorder(logging.Handler):
-        def emit(self, record):
-            with contextlib.suppress(ValueError):
-                records.setdefault(record.name, []).append(json.loads(record.getMessage()))
-
-    logger = logging.getLogger("fairseq.logging.progress_bar")  # renamed to the tag while logging
-    handler, level = Recorder(logging.INFO), logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    try:
-        yield records
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
-
-
 def train(data_bin, save_dir, arch, *flags):
     """One ``fairseq-train`` run in this process (``fairseq_cli.train.main``, as fairseq's
-    tests run it) of a tiny ``arch``; returns its json logs (:func:`json_logs`)."""
+    tests run it) of a tiny ``arch``; returns its json logs (``helpers.in_process.JsonRecords``)."""
     from fairseq import options
     from fairseq_cli import train as fairseq_train
 
     argv = [str(data_bin), "--arch", arch, "--user-dir", str(PLUGIN_DIR), *TINY_MODEL, *FAIRSEQ_TEST_TRAINING]
     argv += ["--cpu", "--no-progress-bar", "--log-format", "json", "--log-interval", "1", "--save-dir", str(save_dir)]
     args = options.parse_args_and_arch(options.get_training_parser(), argv + [str(f) for f in flags])
-    with json_logs() as logs:
+    with captured_logs() as logs:
         fairseq_train.main(args)
     return logs
 
@@ -177,10 +154,10 @@ def test_resumed_run_reproduces_the_uninterrupted_one(tiny_data_bin, three_epoch
     resumed = train(tiny_data_bin, tmp_path, family, *RESUME_FLAGS)
     for kind, keys in FAIRSEQ_COMPARED.items():  # fairseq's test: the last epoch's stats, to 1e-4
         for key in keys:
-            assert float(resumed[kind][-1][key]) == pytest.approx(float(logs[kind][-1][key]), abs=1e-4), key
+            assert float(resumed.of(kind)[-1][key]) == pytest.approx(float(logs.of(kind)[-1][key]), abs=1e-4), key
     # stricter: every update after the resume point, and the final parameters
-    steps = inner_steps(resumed["train_inner"])
-    assert len(steps) >= 30 and steps == inner_steps(logs["train_inner"][-len(steps) :])
+    steps = inner_steps(resumed.of("train_inner"))
+    assert len(steps) >= 30 and steps == inner_steps(logs.of("train_inner")[-len(steps) :])
     final, resumed_final = model_state(save_dir / "checkpoint_last.pt"), model_state(tmp_path / "checkpoint_last.pt")
     for key, value in final.items():
         torch.testing.assert_close(resumed_final[key], value, rtol=0, atol=0, msg=key)
@@ -223,7 +200,7 @@ def test_checkpoint_loads_back_the_trained_model(three_epochs, family):
 def test_layerdrop_training_and_pruned_generation(tiny_data_bin, tmp_path, family):
     flags = ["--encoder-layers", 3, "--decoder-layers", 3, "--encoder-layerdrop", 0.3, "--decoder-layerdrop", 0.3]
     logs = train(tiny_data_bin, tmp_path, family, *flags, "--max-update", 6, "--dropout", 0.1)
-    assert int(logs["train"][-1]["train_num_updates"]) == 6
+    assert int(logs.of("train")[-1]["train_num_updates"]) == 6
     keep = {"encoder_layers_to_keep": "0,2", "decoder_layers_to_keep": "1"}
     try:
         models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
@@ -327,7 +304,7 @@ def test_multilingual_task_trains(joined_data_bin, tmp_path, family, caplog):
     multilingual += ["--encoder-langtok", "src", "--decoder-langtok"]
     with caplog.at_level(logging.INFO, logger="fairseq_layernorm_plugins.admin_profiling"):
         logs = train(joined_data_bin, tmp_path, family, *multilingual, "--max-epoch", 2)
-    assert [int(r["epoch"]) for r in logs["train"]] == [1, 2] and int(logs["train"][-1]["train_num_updates"]) > 20
-    assert float(logs["valid"][-1]["valid_loss"]) < float(logs["valid"][0]["valid_loss"])
+    assert [int(r["epoch"]) for r in logs.of("train")] == [1, 2] and int(logs.of("train")[-1]["train_num_updates"]) > 20
+    assert float(logs.of("valid")[-1]["valid_loss"]) < float(logs.of("valid")[0]["valid_loss"])
     profiled = "Admin: profiled 1 batch(es)" in caplog.text
     assert profiled == hasattr(MODEL_REGISTRY[family], "admin_layers")  # Admin's default --admin-init profile
