@@ -61,12 +61,18 @@ class PluginTransformerModel(TransformerModel):
             # keeps only its own fields: the method's options would be silently dropped
             args = argparse.Namespace(**OmegaConf.to_container(args, resolve=True))
         cls.architecture_defaults(args)
+        cls.method_args(args)
         for flag, why in cls.incompatible_flags.items():
             if getattr(args, flag, False):
                 raise ValueError(f"{args.arch}: drop --{flag.replace('_', '-')} ({why})")
         _compat.apply("keep_last_batch")  # for the plugin's archs only (see _compat)
         _compat.apply("resume_batches")
         return install_word_dropout(super().build_model(args, task), args)
+
+    @classmethod
+    def method_args(cls, args):
+        """Hook: what a method derives from the complete ``args`` (a plain Namespace, every
+        default filled in) before fairseq's ``build_model`` runs; nothing by default."""
 
     @classmethod
     def architecture_defaults(cls, args):

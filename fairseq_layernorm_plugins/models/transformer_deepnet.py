@@ -27,11 +27,8 @@ It is the method the B2T paper compares against (its Table 5, with the authors' 
 implementation of the paper: the official code was not public yet).
 """
 
-import argparse
-
 import torch
 from fairseq.models import register_model
-from omegaconf import OmegaConf
 
 from fairseq_layernorm_plugins.methods import register_method
 from fairseq_layernorm_plugins.models.base import POST_LN_ONLY, PluginTransformerModel, register_arch_family
@@ -130,15 +127,10 @@ class TransformerDeepNetModel(PluginTransformerModel):
         )
 
     @classmethod
-    def build_model(cls, args, task):
-        if OmegaConf.is_config(args):
-            args = argparse.Namespace(**OmegaConf.to_container(args, resolve=True))
+    def method_args(cls, args):
         # fairseq sets encoder_layers to the number of --encoder-layers-to-keep before the
         # layers are built; alpha stays the one the trained layers were trained with
-        depth = (getattr(args, "encoder_layers", None), getattr(args, "decoder_layers", None))
-        if None not in depth:  # else the architecture's defaults fill them in: the full depth
-            args.deepnet_depth = depth
-        return super().build_model(args, task)
+        args.deepnet_depth = (args.encoder_layers, args.decoder_layers)
 
 
 def deepnet_defaults(args):
