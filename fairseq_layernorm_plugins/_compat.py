@@ -21,6 +21,11 @@ makes to fairseq's own behaviour, each named:
   other sentences from there on, so it does not reproduce the uninterrupted run (fairseq's
   own test_reproducibility fails, stock ``transformer`` included). Applied when one of the
   plugin's models is built, like ``keep_last_batch``.
+* ``patience_resume`` (fairseq 0.12.x): ``--patience N`` counts validations without
+  improvement in attributes of ``fairseq_cli.train.should_stop_early`` that no checkpoint
+  keeps, so a resumed run forgets its best validation loss and its count, and trains up to
+  N validations longer than the uninterrupted run. This keeps both in the checkpoint's
+  extra state and restores them on resume. Applied when one of the plugin's models is built.
 
 Turn any of them off with ``FAIRSEQ_LAYERNORM_PLUGINS_NO_PATCH=name[,name...]`` (or
 ``all``). Admin's profiling hook on fairseq's ``Trainer`` is the method itself, not a
@@ -67,7 +72,14 @@ def check_fairseq():
         raise UnsupportedFairseqError(problem) from None
 
 
-PATCHES = ("checkpoint_loading", "bf16_without_tpu", "fp16_on_cpu", "keep_last_batch", "resume_batches")
+PATCHES = (
+    "checkpoint_loading",
+    "bf16_without_tpu",
+    "fp16_on_cpu",
+    "keep_last_batch",
+    "resume_batches",
+    "patience_resume",
+)
 SWITCH = "FAIRSEQ_LAYERNORM_PLUGINS_NO_PATCH"
 
 
@@ -89,6 +101,7 @@ def apply(name):
             "fp16_on_cpu": fp16_on_cpu,
             "keep_last_batch": keep_last_batch,
             "resume_batches": resume_batches,
+            "patience_resume": patience_resume,
         }[name]()
 
 
@@ -228,6 +241,50 @@ def resume_batches():
     get_batch_iterator.__doc__ = original.__doc__
     get_batch_iterator.resume_batches = True
     FairseqTask.get_batch_iterator = get_batch_iterator
+
+
+def _early_stopping():
+    """fairseq-train's ``should_stop_early`` (its state lives in the function's attributes),
+    or None outside fairseq-train."""
+    train = sys.modules.get("fairseq_cli.train")
+    return getattr(train, "should_stop_early", None)
+
+
+def patience_resume():
+    """Keep ``--patience``'s state (best validation loss, validations since) in checkpoints.
+
+    fairseq-train validates, updates ``should_stop_early.best`` / ``.num_runs``, then saves;
+    this wrapper adds the two to the checkpoint's extra state as ``patience`` and, when a
+    checkpoint is loaded with its optimizer and meters (a resume, as fairseq restores
+    ``save_checkpoint.best``), sets them back, so a resumed run stops
+    at the validation the uninterrupted run stops at.
+    """
+    from fairseq.trainer import Trainer
+
+    if getattr(Trainer.save_checkpoint, "patience_resume", False):
+        return
+    save, load = Trainer.save_checkpoint, Trainer.load_checkpoint
+
+    def save_checkpoint(self, filename, extra_state):
+        stop = _early_stopping()
+        if stop is not None and getattr(stop, "best", None) is not None:
+            extra_state = {**extra_state, "patience": {"best": stop.best, "num_runs": stop.num_runs}}
+        return save(self, filename, extra_state)
+
+    def load_checkpoint(self, filename, *args, **kwargs):
+        extra_state = load(self, filename, *args, **kwargs)
+        call = dict(zip(("reset_optimizer", "reset_lr_scheduler", "optimizer_overrides", "reset_meters"), args))
+        call.update(kwargs)
+        reset = call.get("reset_optimizer") or call.get("reset_meters")  # as fairseq restores its own ``best``
+        stop = _early_stopping()
+        if extra_state and "patience" in extra_state and stop is not None and not reset:
+            stop.best, stop.num_runs = extra_state["patience"]["best"], extra_state["patience"]["num_runs"]
+        return extra_state
+
+    for wrapper, original in ((save_checkpoint, save), (load_checkpoint, load)):
+        wrapper.__doc__ = original.__doc__
+        wrapper.patience_resume = True
+    Trainer.save_checkpoint, Trainer.load_checkpoint = save_checkpoint, load_checkpoint
 
 
 def bf16_without_tpu():

@@ -27,6 +27,13 @@ spec (or the budget) changed is trained again from scratch, except that a run gi
 ``--updates`` (with another ``--out``: OUT.json keeps one budget) goes on from where it ended,
 the schedule being the same for any budget.
 
+To convergence: ``--patience P`` validates as above and stops a run once its validation loss
+has not improved for P validations in a row (fairseq's ``--patience``, kept across resumes), with
+``--updates`` as the cap; the test set is then translated by ``checkpoint_best.pt``, the
+checkpoint of the lowest validation loss. ``shallow`` is the claim made for it:
+
+    python scripts/claims.py shallow --patience 5 --validate-every 500 --updates 30000 --out docs/claims/shallow
+
 Seeds: ``--seed N`` (N != 1) trains in RUNS/CLAIM-seedN and writes OUT-seedN.*; once runs lie
 under two or more seeds, OUT-seeds.md and .png compare them (mean ± sd, differences paired by seed):
 
@@ -48,6 +55,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 BUDGET = ("updates", "validate_every", "max_tokens", "seed")  # with each run's spec: what makes runs comparable
+UNTIL_CONVERGED = ("patience",)  # part of the budget when set (> 0)
 
 
 @dataclass(frozen=True)
@@ -153,6 +161,26 @@ CLAIMS = {
 }
 
 
+CLAIMS["shallow"] = Claim(
+    paper="Admin (Liu et al. 2020), Table 2 (6L-6L: Post-LN 35.64, Pre-LN 35.50 on IWSLT14); "
+    "B2T (Takase et al. 2023), Sec. 3 / Table 2 (6L-6L: Post-LN above Pre-LN)",
+    statement="At 6L-6L, trained until validation stops improving, Post-LN ends at or above Pre-LN; "
+    "Admin, B2T and T-Fixup end level with Post-LN.",
+    depth="6L-6L",
+    width=128,
+    lr=1e-3,
+    decay_after=500,
+    runs=(
+        Run("postln", "postln", warmup=500),
+        Run("preln", "preln", warmup=500),
+        Run("admin", "admin", warmup=500),
+        Run("b2t", "b2t", warmup=500),
+        Run("tfixup no warm-up", "tfixup"),  # the authors' recipe: no warm-up
+    ),
+    baseline="preln",
+)
+
+
 def run_recipe(claim, run, args):
     """The run's Recipe: configs/multi30k/<method>.yaml at the claim's depth, width, optimizer
     and schedule, for ``args.updates`` updates."""
@@ -168,7 +196,12 @@ def run_recipe(claim, run, args):
             "depths": {claim.depth: {}},
             "tokens_per_update": args.max_tokens,
             # a stalled model writes to the length limit: keep its decoding short
-            "generate": {"beam": 5, "average_last": 1, "extra": ["--max-len-a", "1.2", "--max-len-b", "10"]},
+            "generate": {
+                "beam": 5,
+                "average_last": 1,
+                **({"checkpoint": "best"} if args.patience else {}),  # the lowest validation loss
+                "extra": ["--max-len-a", "1.2", "--max-len-b", "10"],
+            },
             "fairseq": {
                 "optimizer": {"_name": run.optimizer, "adam_betas": "(0.9, 0.98)", "weight_decay": 0.0001},
                 "optimization": {"lr": [claim.lr], "max_update": args.updates, "max_epoch": 0},
@@ -267,7 +300,7 @@ def train_run(claim, run, args):
         str(run_dir / "checkpoints"),
         cpu_workers=1,
         seed=args.seed,
-        extra=eval_bleu_flags(args.validate_every),
+        extra=eval_bleu_flags(args.validate_every) + (["--patience", str(args.patience)] if args.patience else []),
     )
     start = time.time()
     record = {"label": run.label, "method": run.method, "optimizer": run.optimizer, "warmup": run.warmup, "spec": spec}
@@ -292,8 +325,13 @@ def train_run(claim, run, args):
         train_loss=[(p["update"], p["loss"]) for p in curves["train"]],
         test_bleu=test,
         updates=curves["end"]["update"],
-        minutes=round((time.time() - start) / 60, 2),
+        minutes=round((time.time() - start) / 60, 2),  # this call's, evaluation included
+        train_hours=round(curves["end"]["wall"] / 3600, 2),  # fairseq's wall clock, kept across resumes
     )
+    if args.patience:
+        best = min(curves["valid"], key=lambda v: v["loss"], default=None)  # fairseq's checkpoint_best.pt
+        stopped = "early stop since valid performance" in (run_dir / "train.log").read_text(errors="replace")
+        record.update(best_update=best and best["update"], stopped_early=stopped)
     return record
 
 
@@ -318,7 +356,9 @@ def seed_results(out):
 
 
 def budget(args):
-    return {name: getattr(args, name) for name in BUDGET}
+    return {name: getattr(args, name) for name in BUDGET} | {
+        name: getattr(args, name) for name in UNTIL_CONVERGED if getattr(args, name, 0)
+    }
 
 
 def first_update_reaching(record, bleu):
@@ -354,6 +394,7 @@ def render(claim_name, records, commands, out, unigram):
         f"test: beam 5, SacreBLEU on test_2016_flickr. Stalled = final validation NLL not below the unigram "
         f"entropy of the training targets ({unigram:.2f} bits). Initialisation (`--init-style`): {', '.join(inits)}.",
         "",
+        *(converged_note(records) if any("stopped_early" in r for r in records) else []),
         "| run | optimizer | warm-up | status | final valid NLL | final valid BLEU | best valid BLEU | "
         f"updates to {target if target is None else f'{target:.1f}'} valid BLEU ({claim.baseline}) | test BLEU |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -455,6 +496,26 @@ def render_seeds(claim_name, first):
     return "\n".join(lines)
 
 
+def converged_note(records):
+    """Lines saying how each run trained to convergence (``--patience``): where it stopped, its
+    best update, its training time."""
+    budget = records[0]["spec"]["budget"]
+    lines = [
+        f"Trained until the validation loss did not improve for {budget['patience']} validations in a row "
+        f"(every {budget['validate_every']} updates; at most {budget['updates']}); the test BLEU is "
+        "checkpoint_best.pt's (lowest validation loss).",
+        "",
+        "| run | stopped at update | best update | stopped by patience | training hours |",
+        "|---|---|---|---|---|",
+    ]
+    for r in records:
+        lines.append(
+            f"| {r['label']} | {r['updates']} | {r.get('best_update')} | {'yes' if r.get('stopped_early') else 'no (cap)'} | "
+            f"{r.get('train_hours', '')} |"
+        )
+    return lines + [""]
+
+
 def _spread(values, digits=2, sign=False):
     """'mean ± sample sd' of ``values`` (the mean alone for one value)."""
     mean = sum(values) / len(values)
@@ -478,6 +539,13 @@ def main(argv=None):
     parser.add_argument("--runs-only", nargs="+", metavar="LABEL", help="train only these runs of the claim")
     parser.add_argument("--updates", type=int, default=2000, help="updates per run (default 2000)")
     parser.add_argument("--validate-every", type=int, default=200, help="validate every N updates (default 200)")
+    parser.add_argument(
+        "--patience",
+        type=int,
+        default=0,
+        help="train until the validation loss has not improved for P validations (fairseq's --patience), "
+        "--updates at most, and score checkpoint_best.pt (default 0: train --updates, score the last)",
+    )
     parser.add_argument("--max-tokens", type=int, default=2048, help="tokens per update (default 2048)")
     parser.add_argument(
         "--seed", type=int, default=1, help="fairseq's --seed; other than 1: RUNS/CLAIM-seedN and OUT-seedN (default 1)"

@@ -5,6 +5,7 @@ resuming, retraining a run whose spec changed, and refusing another budget."""
 import argparse
 import json
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import REPO, shared_data
@@ -111,6 +112,34 @@ def test_toy_claim_end_to_end(tmp_path, monkeypatch, capsys):
     )
     assert json.loads((tmp_path / "runs" / "toy-seed2.json").read_text())["budget"]["seed"] == 2
     assert "| preln no warm-up | 1, 2 |" in (tmp_path / "runs" / "toy-seeds.md").read_text()
+
+
+@pytest.mark.slow(1)
+def test_patience_stops_a_run_and_scores_its_best_checkpoint(tmp_path, monkeypatch):
+    """``--patience 2``: at lr 0 the validation loss never improves after the first validation
+    (update 2), so the run stops at the second one after it (update 6), far below the cap,
+    and the test set is translated by checkpoint_best.pt."""
+    shared_data("multi30k", "task1_raw")
+    frozen = claims.Claim(**{**TOY.__dict__, "lr": 0.0, "runs": (claims.Run("preln no warm-up", "preln"),)})
+    monkeypatch.setitem(claims.CLAIMS, "toy", frozen)
+    args = ["toy", "--updates", "40", "--validate-every", "2", "--patience", "2", "--test-lines", "20"]
+    claims.main([*args, "--data-dir", str(tmp_path / "data"), "--runs", str(tmp_path / "runs")])
+    out = tmp_path / "runs" / "toy"
+    result = json.loads(out.with_suffix(".json").read_text())
+    assert result["budget"]["patience"] == 2
+    (record,) = result["runs"]
+    assert [v["update"] for v in record["valid"]] == [2, 4, 6]
+    assert record["updates"] == 6 and record["best_update"] == 2 and record["stopped_early"]
+    scored = json.loads((out / "preln_no_warm-up" / "results.json").read_text())
+    assert [Path(c).name for c in scored["checkpoints"]] == ["checkpoint_best.pt"]
+    assert "| preln no warm-up | 6 | 2 | yes |" in out.with_suffix(".md").read_text()
+
+
+def test_budget_without_patience_is_the_earlier_budget():
+    """Results made before ``--patience`` existed keep their budget (OUT.json's is compared)."""
+    args = argparse.Namespace(updates=2000, validate_every=200, max_tokens=2048, seed=1, patience=0)
+    assert claims.budget(args) == {"updates": 2000, "validate_every": 200, "max_tokens": 2048, "seed": 1}
+    assert claims.budget(argparse.Namespace(**{**vars(args), "patience": 5}))["patience"] == 5
 
 
 def seed_record(label, method, test_bleu, nll):

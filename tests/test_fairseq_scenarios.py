@@ -163,6 +163,36 @@ def test_resumed_run_reproduces_the_uninterrupted_one(tiny_data_bin, three_epoch
         torch.testing.assert_close(resumed_final[key], value, rtol=0, atol=0, msg=key)
 
 
+# --patience 3 with the loss "maximized": every validation after the first is no better, so a
+# run validated every 2 updates stops at update 8 (best at 2; 4, 6, 8 without improvement)
+PATIENCE_FLAGS = ["--patience", "3", "--maximize-best-checkpoint-metric", "--max-update", "40"]
+PATIENCE_FLAGS += ["--validate-interval-updates", "2", "--save-interval-updates", "2", "--no-epoch-checkpoints"]
+
+
+def fresh_early_stopping():
+    """What a new fairseq-train process starts with: ``should_stop_early`` keeps its state in
+    function attributes, which outlive a run in this process."""
+    from fairseq_cli.train import should_stop_early
+
+    for name in ("best", "num_runs"):
+        vars(should_stop_early).pop(name, None)
+
+
+def test_resumed_run_stops_early_where_the_uninterrupted_one_does(tiny_data_bin, tmp_path):
+    """``--patience``'s best loss and count survive a resume (``patience_resume`` in
+    _compat.py): resumed after the second validation without improvement, the run stops after
+    one more, at the update the uninterrupted run stops at (fairseq alone: 6 updates later)."""
+    fresh_early_stopping()
+    uninterrupted = train(tiny_data_bin, tmp_path / "whole", "transformer_postln", *PATIENCE_FLAGS)
+    assert uninterrupted.of("train_inner")[-1]["num_updates"] == "8"
+    assert any("early stop" in line for line in uninterrupted.lines)
+    shutil.copy(tmp_path / "whole" / "checkpoint_1_6.pt", tmp_path / "checkpoint_last.pt")
+    fresh_early_stopping()
+    resumed = train(tiny_data_bin, tmp_path, "transformer_postln", *PATIENCE_FLAGS)
+    assert [r["num_updates"] for r in resumed.of("train_inner")] == ["7", "8"]
+    assert any("early stop" in line for line in resumed.lines)
+
+
 # --- checkpoint_utils (tests/test_checkpoint_utils.py) and generation (tests/test_binaries.py)
 
 

@@ -67,6 +67,7 @@ class PluginTransformerModel(TransformerModel):
                 raise ValueError(f"{args.arch}: drop --{flag.replace('_', '-')} ({why})")
         _compat.apply("keep_last_batch")  # for the plugin's archs only (see _compat)
         _compat.apply("resume_batches")
+        _compat.apply("patience_resume")
         return install_word_dropout(super().build_model(args, task), args)
 
     @classmethod

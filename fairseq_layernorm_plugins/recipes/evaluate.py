@@ -27,6 +27,8 @@ evaluated:
   recipe's ``bleu`` metric; the earliest on a tie) is the result (the T-Fixup authors'
   ``InferenceIWSLT.py``). With ``select_on: test`` the window is chosen on the test set itself,
   an optimistic number: the results say so (``selection``) and list every window's score;
+* ``checkpoint: best``: ``checkpoint_best.pt`` alone, the checkpoint of the lowest validation
+  loss (fairseq's ``--best-checkpoint-metric``; early stopping with ``--patience``);
 * ``per_epoch: {first: A, last: B}``: each single epoch checkpoint A..B scored, no averaging
   (the Pre-LN paper's per-epoch BLEU curves, its Fig. 4); the results hold the curve and the
   last epoch's scores as the headline.
@@ -234,6 +236,13 @@ def evaluate(
         }
         checkpoint = averaged(checkpoints)  # scored again, so the hypotheses beside the run are the chosen window's
         scores, sentences = translate_and_score(checkpoint, subset, lenpen)
+    elif gen.get("checkpoint") == "best" and average_last is None:
+        checkpoint = Path(run["save_dir"]) / "checkpoint_best.pt"
+        if not checkpoint.is_file():
+            raise ValueError(f"{run['save_dir']}: no checkpoint_best.pt (the recipe scores the best checkpoint)")
+        checkpoints = [checkpoint]
+        scores, sentences = translate_and_score(checkpoint, subset, lenpen)
+        protocol = {"protocol": "checkpoint_best.pt: the lowest validation loss"}
     else:
         n = average_last or gen.get("average_last", 1)
         bound = upper_bound if upper_bound is not None else gen.get("checkpoint_upper_bound")
