@@ -27,9 +27,15 @@ makes to fairseq's own behaviour, each named:
   N validations longer than the uninterrupted run. This keeps both in the checkpoint's
   extra state and restores them on resume. Applied when one of the plugin's models is built.
 
+* ``admin_profiling`` (any fairseq): fairseq has no hook between building the model and
+  building its ``Trainer`` (which converts it to fp16, copies fp32 masters, builds the
+  optimizer and wraps DDP), where Admin profiles omega. This wraps ``Trainer.__init__`` to
+  call ``admin_profiling.maybe_profile(cfg, task, model)`` first, a no-op for any model that
+  does not profile. Applied when a model with ``--admin-init profile`` is built; turned off,
+  such a model refuses to build, in one line.
+
 Turn any of them off with ``FAIRSEQ_LAYERNORM_PLUGINS_NO_PATCH=name[,name...]`` (or
-``all``). Admin's profiling hook on fairseq's ``Trainer`` is the method itself, not a
-fix, and is installed when an Admin model is built (``admin_profiling.py``).
+``all``).
 """
 
 import os
@@ -79,6 +85,7 @@ PATCHES = (
     "keep_last_batch",
     "resume_batches",
     "patience_resume",
+    "admin_profiling",
 )
 SWITCH = "FAIRSEQ_LAYERNORM_PLUGINS_NO_PATCH"
 
@@ -92,8 +99,9 @@ def patch_enabled(name):
     return name not in off and "all" not in off
 
 
-def apply(name):
-    """Apply patch ``name`` unless the user turned it off; applying twice is harmless."""
+def apply(name, *args):
+    """Apply patch ``name`` (with ``args``, what it calls) unless the user turned it off;
+    applying twice is harmless."""
     if patch_enabled(name):
         {
             "checkpoint_loading": enable_fairseq_checkpoint_loading,
@@ -102,7 +110,8 @@ def apply(name):
             "keep_last_batch": keep_last_batch,
             "resume_batches": resume_batches,
             "patience_resume": patience_resume,
-        }[name]()
+            "admin_profiling": admin_profiling,
+        }[name](*args)
 
 
 def enable_fairseq_checkpoint_loading():
@@ -285,6 +294,24 @@ def patience_resume():
         wrapper.__doc__ = original.__doc__
         wrapper.patience_resume = True
     Trainer.save_checkpoint, Trainer.load_checkpoint = save_checkpoint, load_checkpoint
+
+
+def admin_profiling(profile):
+    """Call ``profile(cfg, task, model)`` (``admin_profiling.maybe_profile``) at the start of
+    fairseq's ``Trainer.__init__`` (see the module docstring)."""
+    from fairseq.trainer import Trainer
+
+    original = Trainer.__init__
+    if getattr(original, "admin_profiling", False):
+        return
+
+    def __init__(self, cfg, task, model, criterion, *args, **kwargs):
+        profile(cfg, task, model)
+        original(self, cfg, task, model, criterion, *args, **kwargs)
+
+    __init__.admin_profiling = True
+    __init__.__doc__ = original.__doc__
+    Trainer.__init__ = __init__
 
 
 def bf16_without_tpu():

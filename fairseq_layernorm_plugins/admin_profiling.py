@@ -17,18 +17,90 @@ start identical.
 import copy
 import json
 import logging
+import math
 import os
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 from fairseq import utils
 from fairseq.modules import LayerDropModuleList
 
+from fairseq_layernorm_plugins import _compat
 from fairseq_layernorm_plugins.atomic import write_json
-from fairseq_layernorm_plugins.models.transformer_admin import AdminProfile
+from fairseq_layernorm_plugins.modules.stacks import stack_layers
 
 logger = logging.getLogger(__name__)
+
+
+def admin_next_omega(var_scaled_input, var_branch):
+    """The running ratio after sub-layer i, the next sub-layer's omega:
+    sqrt(Var(x_{i-1} * omega_i) + Var(f_i)) (Liu et al. 2020, Sec. 4.3; Transformer-Clinic)."""
+    return math.sqrt(var_scaled_input + var_branch)
+
+
+class ProfileRow(NamedTuple):
+    """One sub-layer of a profiling pass: its layer (the module during the pass, its index in
+    the report), its sub-layer index from 0, Var(x * omega), Var(f) and the omega it used."""
+
+    layer: object
+    sublayer: int
+    var_input: float
+    var_branch: float
+    omega: float
+
+
+class AdminProfile:
+    """One stack's state during a sequential profiling pass: the running ratio (the next
+    sub-layer's omega, 1.0 at the start) and one :class:`ProfileRow` per sub-layer in forward
+    order.
+
+    ``padding_mask`` (B, T) True at padding excludes those positions from the variances
+    (``--admin-profile-mask-padding``); None includes them, as the authors' code."""
+
+    def __init__(self, padding_mask=None):
+        self.ratio = 1.0
+        self.rows = []
+        self.keep = None if padding_mask is None else ~padding_mask.t().unsqueeze(-1)  # (T, B, 1)
+
+    def variance(self, t):
+        """One scalar over the whole (T, B, C) tensor, np.var as the authors (population variance)."""
+        t = t.detach().float()
+        if self.keep is not None:
+            t = t.masked_select(self.keep.expand_as(t))
+        return t.var(unbiased=False).item()
+
+    def step(self, layer, sublayer, scaled_input, branch):
+        """Record sub-layer ``sublayer`` (from 0) and advance the running ratio."""
+        var_input, var_branch = self.variance(scaled_input), self.variance(branch)
+        self.rows.append(ProfileRow(layer, sublayer, var_input, var_branch, self.ratio))
+        self.ratio = admin_next_omega(var_input, var_branch)
+
+
+def admin_layers(model):
+    """{"encoder" | "decoder": every layer of the stack, LayerDrop or not}, for each stack of
+    ``model`` whose layers are Admin's (they hold ``omega``)."""
+    stacks = {name: getattr(model, name, None) for name in ("encoder", "decoder")}
+    layers = {name: stack_layers(stack) for name, stack in stacks.items() if hasattr(stack, "layers")}
+    return {name: found for name, found in layers.items() if found and all(hasattr(x, "omega") for x in found)}
+
+
+def profiles(model):
+    """Whether ``model`` gets its omega from profiling (``--admin-init profile``): an Admin
+    model, profiled on real batches before training (or omega from ``--admin-profile-from``)."""
+    return bool(admin_layers(model)) and getattr(getattr(model, "args", None), "admin_init", None) == "profile"
+
+
+def require_trainer_hook():
+    """Install the ``Trainer.__init__`` hook that runs :func:`maybe_profile` (``_compat``'s
+    ``admin_profiling``), or fail in one line when the user turned it off."""
+    if not _compat.patch_enabled("admin_profiling"):
+        raise ValueError(
+            f"--admin-init profile needs the Trainer hook that {_compat.SWITCH} turned off: "
+            "use --admin-init closed-logn (or another closed form), or turn the hook back on"
+        )
+    _compat.apply("admin_profiling", maybe_profile)
 
 
 def profile_admin_(model, batches, mask_padding=False):
@@ -38,7 +110,7 @@ def profile_admin_(model, batches, mask_padding=False):
     the mean of its per-batch values. Returns {"encoder" | "decoder": [one row per
     sub-layer: layer, sublayer, var_input (Var(x * omega)), var_branch, omega]}, the
     variances averaged over the batches."""
-    stacks = model.admin_layers()
+    stacks = admin_layers(model)
     layerdrop = [s.layers for s in (model.encoder, model.decoder) if isinstance(s.layers, LayerDropModuleList)]
     saved_p = [layers.p for layers in layerdrop]
     was_training = model.training
@@ -76,17 +148,19 @@ def profile_admin_(model, batches, mask_padding=False):
                 )
             report[stack] = []
             for position, row in enumerate(per_batch[stack][0]):
-                values = [rows[position][2:] for rows in per_batch[stack]]  # (var_input, var_branch, omega) per batch
-                var_input, var_branch, omega = (sum(v[k] for v in values) / len(values) for k in range(3))
-                layer, sublayer = row[0], row[1]
-                layer.omega[sublayer].fill_(omega)
+                batches = [rows[position] for rows in per_batch[stack]]
+
+                def mean(field, batches=batches):
+                    return sum(getattr(r, field) for r in batches) / len(batches)
+
+                row.layer.omega[row.sublayer].fill_(mean("omega"))
                 report[stack].append(
                     {
-                        "layer": index[id(layer)],
-                        "sublayer": sublayer,
-                        "var_input": var_input,
-                        "var_branch": var_branch,
-                        "omega": omega,
+                        "layer": index[id(row.layer)],
+                        "sublayer": row.sublayer,
+                        "var_input": mean("var_input"),
+                        "var_branch": mean("var_branch"),
+                        "omega": mean("omega"),
                     }
                 )
     return report
@@ -110,7 +184,7 @@ def set_omegas_(model, report, source="profile"):
     """Set every omega of ``model`` from a profile report ({"encoder" | "decoder": rows of
     layer, sublayer, omega}, as :func:`profile_admin_` returns and ``--admin-profile-json``
     writes); ``source`` names it in the error when the report does not fit the model."""
-    stacks = model.admin_layers()
+    stacks = admin_layers(model)
     for stack, layers in stacks.items():
         rows = report.get(stack) if isinstance(report, dict) else None
         expected = [(i, k) for i, layer in enumerate(layers) for k in range(layer.num_sublayers)]
@@ -207,9 +281,11 @@ def _to_device(sample, device):
 
 
 def maybe_profile(cfg, task, model):
-    args = getattr(model, "args", None)
-    if not hasattr(model, "admin_layers") or getattr(args, "admin_init", None) != "profile":
+    """Profile ``model`` (or take omega from ``--admin-profile-from``) unless it does not
+    profile or fairseq is about to load its omega from a checkpoint (module docstring)."""
+    if not profiles(model):
         return
+    args = model.args
     path = checkpoint_to_load(cfg.checkpoint)
     if path is not None:
         state = torch.load(path, map_location="cpu", weights_only=False, mmap=True)["model"]
@@ -236,7 +312,7 @@ def maybe_profile(cfg, task, model):
     )
     seconds = time.perf_counter() - start
     if torch.distributed.is_available() and torch.distributed.is_initialized():
-        for layers in model.admin_layers().values():
+        for layers in admin_layers(model).values():
             for layer in layers:
                 torch.distributed.broadcast(layer.omega.data, src=0)
     for stack, rows in report.items():
@@ -248,20 +324,3 @@ def maybe_profile(cfg, task, model):
     logger.info(f"Admin: profiled {args.admin_profile_batches} batch(es) in {seconds:.2f} s")
     if args.admin_profile_json and (not torch.distributed.is_initialized() or torch.distributed.get_rank() == 0):
         write_json(args.admin_profile_json, {"seconds": seconds, "batches": args.admin_profile_batches, **report})
-
-
-def install_trainer_hook():
-    """Run :func:`maybe_profile` at the start of fairseq's ``Trainer.__init__``."""
-    from fairseq.trainer import Trainer
-
-    original = Trainer.__init__
-    if getattr(original, "admin_profiling", False):
-        return
-
-    def __init__(self, cfg, task, model, criterion, *args, **kwargs):
-        maybe_profile(cfg, task, model)
-        original(self, cfg, task, model, criterion, *args, **kwargs)
-
-    __init__.admin_profiling = True
-    __init__.__doc__ = original.__doc__
-    Trainer.__init__ = __init__

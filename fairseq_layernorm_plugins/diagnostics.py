@@ -21,13 +21,19 @@ import copy
 import torch
 from fairseq import options, tasks
 
-from fairseq_layernorm_plugins.admin_profiling import profile_admin_
+from fairseq_layernorm_plugins.admin_profiling import profile_admin_, profiles
+
+
+def training_args(data_bin, arch, *overrides):
+    """The args ``fairseq-train DATA --arch ARCH --cpu OVERRIDES`` parses to (the arch's defaults applied)."""
+    parser = options.get_training_parser()
+    return options.parse_args_and_arch(parser, [str(data_bin), "--arch", arch, "--cpu", *map(str, overrides)])
 
 
 def build(data_bin, arch, *overrides, seed=1):
-    """(model, criterion, task) for ``fairseq-train DATA --arch ARCH OVERRIDES`` on CPU."""
-    parser = options.get_training_parser()
-    args = options.parse_args_and_arch(parser, [str(data_bin), "--arch", arch, "--cpu", *map(str, overrides)])
+    """(model, criterion, task) for ``fairseq-train DATA --arch ARCH OVERRIDES`` on CPU, as
+    fairseq-train builds them (the parsed args are ``model.args``)."""
+    args = training_args(data_bin, arch, *overrides)
     task = tasks.setup_task(args)
     torch.manual_seed(seed)
     model = task.build_model(args)
@@ -54,7 +60,7 @@ def sample_batch(task, split="valid", sentences=32):
 
 def prepare_model(model, sample):
     """Admin: profile omega on ``sample`` as fairseq-train would (no-op for other archs)."""
-    if hasattr(model, "admin_layers") and getattr(model.args, "admin_init", None) == "profile":
+    if profiles(model):
         profile_admin_(model, [sample])
     return model
 

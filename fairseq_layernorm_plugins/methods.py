@@ -47,8 +47,9 @@ def register_method(name, model, label, paper, order=100):
 
 def method_names(setting=None, config_dir=None):
     """Registered method names in table order; with ``setting`` (``iwslt14``,
-    ``iwslt14_mini``, ``multi30k``, ...) only those with a recipe there."""
-    from fairseq_layernorm_plugins import models  # noqa: F401  (its modules register every method)
+    ``iwslt14_mini``, ``multi30k``, ...) only those with a recipe there. Every method is
+    registered by then: importing this module imports the package, whose ``__init__``
+    imports every model module."""
     from fairseq_layernorm_plugins.recipes.config import CONFIG_DIR
 
     folder = Path(config_dir or CONFIG_DIR) / (setting or "")

@@ -95,21 +95,17 @@ def plugin_archs():
 
 def parse(data_bin, arch, *extra):
     """Parse a ``fairseq-train`` command line (arch defaults applied) in-process."""
-    from fairseq import options
+    from fairseq_layernorm_plugins.diagnostics import training_args
 
-    parser = options.get_training_parser()
-    return options.parse_args_and_arch(parser, [str(data_bin), "--arch", arch, "--cpu", *map(str, extra)])
+    return training_args(data_bin, arch, *extra)
 
 
 def build(data_bin, arch, *extra, seed=1):
-    """(model, task, args) as ``fairseq-train`` would build them."""
-    import torch
-    from fairseq import tasks
+    """(model, task, args) as ``fairseq-train`` would build them (the package's own builder)."""
+    from fairseq_layernorm_plugins.diagnostics import build as build_model
 
-    args = parse(data_bin, arch, *extra)
-    task = tasks.setup_task(args)
-    torch.manual_seed(seed)
-    return task.build_model(args), task, args
+    model, _, task = build_model(data_bin, arch, *extra, seed=seed)
+    return model, task, model.args
 
 
 def batch(task, n=8):

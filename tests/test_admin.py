@@ -395,3 +395,16 @@ def test_profile_from_another_runs_json(tiny_data_bin, tmp_path):
             assert torch.equal(omega, torch.full_like(omega, r["omega"]))
     with pytest.raises(ValueError, match=r"seed1\.json: its encoder rows are not this model's 6 encoder sub-layers"):
         run("deeper", "--encoder-layers", 3, "--admin-profile-from", tmp_path / "seed1.json")
+
+
+def test_profiling_without_its_trainer_hook_is_refused_in_one_line(tiny_data_bin, monkeypatch):
+    """The Trainer hook Admin profiles in is ``_compat``'s ``admin_profiling`` patch: turned off,
+    a profiling model refuses to build (it would train with omega = 1); a closed form builds."""
+    from fairseq_layernorm_plugins import _compat
+
+    monkeypatch.setenv(_compat.SWITCH, "admin_profiling")
+    with pytest.raises(ValueError, match="--admin-init profile needs the Trainer hook") as err:
+        build(tiny_data_bin, "transformer_admin", *TINY_MODEL)
+    assert "\n" not in str(err.value)
+    model, _, _ = build(tiny_data_bin, "transformer_admin", *TINY_MODEL, "--admin-init", "closed-logn")
+    assert all(layer.omega.ne(1).all() for layers in model.admin_layers().values() for layer in layers)

@@ -9,10 +9,9 @@ import torch.nn.functional as F
 from conftest import TINY_MODEL, batch, build, hand_set_layer_norms, parse, plugin_archs
 from conftest import ffn as _ffn
 from fairseq.models.transformer import TransformerConfig
-from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
 
 from fairseq_layernorm_plugins.models.base import ARCH_FAMILIES, ARCH_SIZES
-from fairseq_layernorm_plugins.modules import PluginTransformerEncoder
+from fairseq_layernorm_plugins.modules import PluginEncoderLayer, PluginTransformerEncoder, Stack
 
 ARCHS = plugin_archs()
 
@@ -146,7 +145,17 @@ def test_preln_decoder_layer_equations(tiny_data_bin):
     torch.testing.assert_close(out, expected)
 
 
-class DoubledResidualLayer(TransformerEncoderLayerBase):
+class DoubledResidualLayer(PluginEncoderLayer):
+    """Records what the two method hooks are given."""
+
+    def method_init_(self, cfg, stack):
+        super().method_init_(cfg, stack)
+        self.stack = stack
+
+    @classmethod
+    def init_stack_(cls, stack_module, cfg, stack):
+        stack_module.initialised_as = stack
+
     def residual_connection(self, x, residual):
         return x + 2 * residual
 
@@ -164,6 +173,8 @@ def test_stacks_build_the_methods_layer_class(tiny_data_bin, checkpoint_activati
     cfg = TransformerConfig.from_namespace(args)
     encoder = DoubledResidualEncoder(cfg, task.source_dictionary, model.encoder.embed_tokens)
     assert all(type(layer) is DoubledResidualLayer for layer in encoder.layers)
+    # each layer and, once, the whole stack are told which stack they are: the encoder, 2 layers of d=32
+    assert {layer.stack for layer in encoder.layers} == {Stack("encoder", 2, 32)} == {encoder.initialised_as}
     # fairseq's checkpoint_wrapper patches forward in place and keeps the original here
     assert all(hasattr(layer, "precheckpoint_forward") == checkpoint_activations for layer in encoder.layers)
     encoder.load_state_dict(model.encoder.state_dict())

@@ -73,3 +73,82 @@ def test_a_toy_method_is_one_module_and_its_recipes(tmp_path):
     assert lines["setting"] == str(["postln", "toy"])
     assert lines["colour"] == "C4 Toy"
     assert "'transformer_toy_iwslt_de_en'" in lines["diagnose"] and "'transformer_toy'" in lines["throughput"]
+
+
+# A method that changes only the residual combination, in one module: Sandwich-LN (Ding et al.
+# 2021, CogView; Peri-LN): Pre-LN plus a LayerNorm on each sub-layer's output, x + LN(f(LN(x))).
+SANDWICH_METHOD = """
+import sys
+import torch
+from torch import nn
+from fairseq.models import register_model
+from fairseq.modules import LayerNorm
+
+sys.path[:0] = [sys.argv[2] + "/tests"]
+from conftest import TINY_MODEL, batch, build, ffn
+from fairseq_layernorm_plugins.methods import register_method
+from fairseq_layernorm_plugins.models.base import PluginTransformerModel, register_arch_family
+from fairseq_layernorm_plugins.modules import PluginDecoderLayer, PluginEncoderLayer, SublayerResidualMixin
+
+
+class SandwichMixin(SublayerResidualMixin):
+    def method_init_(self, cfg, stack):
+        super().method_init_(cfg, stack)
+        self.branch_norms = nn.ModuleList(LayerNorm(stack.embed_dim) for _ in range(self.num_sublayers))
+
+    def combine(self, x, residual, sublayer):
+        return residual + self.branch_norms[sublayer - 1](x)
+
+
+class SandwichEncoderLayer(SandwichMixin, PluginEncoderLayer):
+    pass
+
+
+class SandwichDecoderLayer(SandwichMixin, PluginDecoderLayer):
+    pass
+
+
+@register_model("transformer_sandwich")
+class SandwichModel(PluginTransformerModel):
+    encoder_layer_cls = SandwichEncoderLayer
+    decoder_layer_cls = SandwichDecoderLayer
+
+
+register_arch_family("transformer_sandwich", lambda args: None, normalize_before=True)
+register_method("sandwich", "transformer_sandwich", "Sandwich-LN", "Ding et al. 2021")
+
+model, task, args = build(sys.argv[1], "transformer_sandwich", *TINY_MODEL)
+layer = model.encoder.layers[0].eval()
+with torch.no_grad():
+    for norm in layer.branch_norms:  # not the identity LayerNorm starts as
+        norm.weight.uniform_(0.5, 1.5), norm.bias.uniform_(-0.5, 0.5)
+    x = torch.randn(5, 3, 32)
+    h = layer.self_attn_layer_norm(x)
+    x1 = x + layer.branch_norms[0](layer.self_attn(h, h, h, need_weights=False)[0])
+    expected = x1 + layer.branch_norms[1](ffn(layer, layer.final_layer_norm(x1)))
+    out = layer(x, encoder_padding_mask=None)
+print("max_error", (out - expected).abs().max().item())
+print("decoder_norms", len(model.decoder.layers[0].branch_norms))
+print("pre_ln", args.encoder_normalize_before, args.decoder_normalize_before)
+model.train()
+loss, _, _ = task.build_criterion(args)(model, batch(task))
+loss.backward()
+print("grads", all(p.grad is not None for n, p in model.named_parameters() if "branch_norms" in n))
+"""
+
+
+def test_a_residual_combination_is_one_mixin_over_the_shared_layers(tiny_data_bin, tmp_path):
+    """Sandwich-LN in one module: a mixin that adds its LayerNorms in ``method_init_`` and
+    overrides ``combine``; its layer computes x + LN(f(LN(x))) per sub-layer, every branch norm
+    gets a gradient, and the family is Pre-LN by ``normalize_before=True`` alone."""
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(SANDWICH_METHOD), str(tiny_data_bin), str(REPO)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
+    ).stdout
+    lines = dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
+    assert float(lines["max_error"]) < 1e-5
+    assert lines["decoder_norms"] == "3"  # self-attention, encoder attention, FFN
+    assert lines["pre_ln"] == "True True" and lines["grads"] == "True"

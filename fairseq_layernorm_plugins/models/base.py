@@ -8,6 +8,8 @@ A method module subclasses fairseq's layers (overriding their hooks), subclasses
 
 import argparse
 import copy
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_NAME_REGISTRY, MODEL_REGISTRY, register_model_architecture
 from fairseq.models.transformer import TransformerConfig, TransformerModel
@@ -62,13 +64,21 @@ class PluginTransformerModel(TransformerModel):
             args = argparse.Namespace(**OmegaConf.to_container(args, resolve=True))
         cls.architecture_defaults(args)
         cls.method_args(args)
-        for flag, why in cls.incompatible_flags.items():
+        for flag, why in cls.forbidden_flags().items():
             if getattr(args, flag, False):
                 raise ValueError(f"{args.arch}: drop --{flag.replace('_', '-')} ({why})")
         _compat.apply("keep_last_batch")  # for the plugin's archs only (see _compat)
         _compat.apply("resume_batches")
         _compat.apply("patience_resume")
         return install_word_dropout(super().build_model(args, task), args)
+
+    @classmethod
+    def forbidden_flags(cls):
+        """{arg name: why}: the method's :attr:`incompatible_flags`, and the Pre-LN flags for a
+        Post-LN family (``register_arch_family(..., normalize_before=False)``)."""
+        family = ARCH_FAMILIES.get(registered_name(cls))
+        post_ln = POST_LN_ONLY if family is not None and family.normalize_before is False else {}
+        return {**post_ln, **cls.incompatible_flags}
 
     @classmethod
     def method_args(cls, args):
@@ -87,7 +97,7 @@ class PluginTransformerModel(TransformerModel):
         model_name = registered_name(cls)
         arch = getattr(args, "arch", None)
         if model_name is None:  # not a registered method: the plugin's own defaults at base size
-            plugin_architecture(args, lambda args: None, fairseq_archs.base_architecture)
+            plugin_architecture(args, ArchFamily(lambda args: None), fairseq_archs.base_architecture)
         elif ARCH_MODEL_NAME_REGISTRY.get(arch) == model_name:
             ARCH_CONFIG_REGISTRY[arch](args)
         else:
@@ -134,7 +144,29 @@ ARCH_SIZES = {
 }
 
 
-# model name -> the method's defaults function (what its archs set beyond fairseq's)
+@dataclass(frozen=True)
+class ArchFamily:
+    """A method's architecture defaults: ``defaults(args)`` sets its own options (written as
+    ``args.x = getattr(args, "x", default)``, so command-line flags win); ``normalize_before``
+    is where its LayerNorms sit, stated once: False for the Post-LN family (``--encoder/decoder-
+    normalize-before`` then refused), True for Pre-LN, None to leave fairseq's default."""
+
+    defaults: Callable
+    normalize_before: bool | None = None
+
+    def __call__(self, args):
+        """The method's settings, in place (what its architectures set beyond fairseq's)."""
+        if self.normalize_before is not None:
+            args.encoder_normalize_before = getattr(args, "encoder_normalize_before", self.normalize_before)
+            args.decoder_normalize_before = getattr(args, "decoder_normalize_before", self.normalize_before)
+        self.defaults(args)
+
+    @property
+    def __doc__(self):
+        return self.defaults.__doc__
+
+
+# model name -> its ArchFamily (what its archs set beyond fairseq's)
 ARCH_FAMILIES = {}
 
 
@@ -157,15 +189,15 @@ def registered_name(model_cls):
     return None
 
 
-def register_arch_family(model_name, method_defaults):
+def register_arch_family(model_name, method_defaults, normalize_before=None):
     """Register ``model_name`` + each suffix of :data:`ARCH_SIZES` as architectures.
 
-    Each architecture function applies ``method_defaults(args)`` (the method's own
-    settings, written as ``args.x = getattr(args, "x", default)`` so command-line
-    flags win) and then chains to fairseq's architecture function for that size.
-    Returns ``{arch_name: arch_function}``.
+    Each architecture function applies the method's :class:`ArchFamily` (``normalize_before``:
+    False for a Post-LN method, True for Pre-LN; ``method_defaults(args)``: its own settings,
+    written as ``args.x = getattr(args, "x", default)`` so command-line flags win) and then
+    chains to fairseq's architecture function for that size. Returns ``{arch_name: arch_function}``.
     """
-    ARCH_FAMILIES[model_name] = method_defaults
+    method_defaults = ARCH_FAMILIES[model_name] = ArchFamily(method_defaults, normalize_before)
     registered = {}
     for suffix, size_defaults in ARCH_SIZES.items():
         arch_name = model_name + suffix

@@ -35,8 +35,9 @@ import torch.nn as nn
 from fairseq.models import register_model
 from torch import Tensor
 
+from fairseq_layernorm_plugins.admin_profiling import admin_layers, require_trainer_hook
 from fairseq_layernorm_plugins.methods import register_method
-from fairseq_layernorm_plugins.models.base import POST_LN_ONLY, PluginTransformerModel, register_arch_family
+from fairseq_layernorm_plugins.models.base import PluginTransformerModel, register_arch_family
 from fairseq_layernorm_plugins.modules import (
     PluginDecoderLayer,
     PluginEncoderLayer,
@@ -58,45 +59,25 @@ def admin_closed_form_omega(num_sublayers, scale):
     return math.sqrt(v[scale])
 
 
-def admin_next_omega(var_scaled_input, var_branch):
-    """The running ratio after sub-layer i, the next sub-layer's omega:
-    sqrt(Var(x_{i-1} * omega_i) + Var(f_i)) (Liu et al. 2020, Sec. 4.3; Transformer-Clinic)."""
-    return math.sqrt(var_scaled_input + var_branch)
-
-
-class AdminProfile:
-    """One stack's state during a sequential profiling pass: the running ratio (the next
-    sub-layer's omega, 1.0 at the start) and one row per sub-layer in forward order:
-    (layer, sub-layer index from 0, Var(x * omega), Var(f), omega).
-
-    ``padding_mask`` (B, T) True at padding excludes those positions from the variances
-    (``--admin-profile-mask-padding``); None includes them, as the authors' code."""
-
-    def __init__(self, padding_mask=None):
-        self.ratio = 1.0
-        self.rows = []
-        self.keep = None if padding_mask is None else ~padding_mask.t().unsqueeze(-1)  # (T, B, 1)
-
-    def variance(self, t):
-        """One scalar over the whole (T, B, C) tensor, np.var as the authors (population variance)."""
-        t = t.detach().float()
-        if self.keep is not None:
-            t = t.masked_select(self.keep.expand_as(t))
-        return t.var(unbiased=False).item()
-
-    def step(self, layer, sublayer, scaled_input, branch):
-        """Record sub-layer ``sublayer`` (from 0) and advance the running ratio."""
-        var_input, var_branch = self.variance(scaled_input), self.variance(branch)
-        self.rows.append((layer, sublayer, var_input, var_branch, self.ratio))
-        self.ratio = admin_next_omega(var_input, var_branch)
-
-
 class AdminLayerMixin(SublayerResidualMixin):
     """x_i = LN(x_{i-1} * omega_i + f_i): ``omega`` (num_sublayers, C)."""
 
-    def admin_init_(self, embed_dim):
-        self.omega = nn.Parameter(torch.ones(self.num_sublayers, embed_dim))
-        self.profile = None  # the stack's AdminProfile during a profiling pass
+    def method_init_(self, cfg, stack):
+        super().method_init_(cfg, stack)
+        self.omega = nn.Parameter(torch.ones(self.num_sublayers, stack.embed_dim))
+        self.profile = None  # the stack's AdminProfile during a profiling pass (admin_profiling.py)
+
+    @classmethod
+    def init_stack_(cls, stack_module, cfg, stack):
+        """``--admin-init closed-*``: one omega for the whole stack, from its sub-layer count."""
+        super().init_stack_(stack_module, cfg, stack)
+        init = getattr(cfg, "admin_init", None) or "profile"
+        if init.startswith("closed-"):
+            layers = stack_layers(stack_module)
+            omega = admin_closed_form_omega(sum(layer.num_sublayers for layer in layers), init)
+            with torch.no_grad():
+                for layer in layers:
+                    layer.omega.fill_(omega)
 
     def combine(self, x: Tensor, residual: Tensor, sublayer: int) -> Tensor:
         """x: the branch output f_i (T, B, C); residual: x_{i-1} (T, B, C)."""
@@ -114,15 +95,11 @@ class AdminLayerMixin(SublayerResidualMixin):
 
 
 class AdminEncoderLayer(AdminLayerMixin, PluginEncoderLayer):
-    def __init__(self, cfg, return_fc=False):
-        super().__init__(cfg, return_fc=return_fc)
-        self.admin_init_(cfg.encoder.embed_dim)
+    """Admin's encoder layer: omega (2, C)."""
 
 
 class AdminDecoderLayer(AdminLayerMixin, PluginDecoderLayer):
-    def __init__(self, cfg, no_encoder_attn=False, add_bias_kv=False, add_zero_attn=False):
-        super().__init__(cfg, no_encoder_attn, add_bias_kv, add_zero_attn)
-        self.admin_init_(cfg.decoder.embed_dim)
+    """Admin's decoder layer: omega (3, C), or (2, C) without encoder attention."""
 
 
 @register_model("transformer_admin")
@@ -131,7 +108,6 @@ class TransformerAdminModel(PluginTransformerModel):
 
     encoder_layer_cls = AdminEncoderLayer
     decoder_layer_cls = AdminDecoderLayer
-    incompatible_flags = POST_LN_ONLY
 
     @staticmethod
     def add_args(parser):
@@ -167,18 +143,9 @@ class TransformerAdminModel(PluginTransformerModel):
         )
 
     @classmethod
-    def build_model(cls, args, task):
-        from fairseq_layernorm_plugins.admin_profiling import install_trainer_hook
-
-        install_trainer_hook()  # profiling runs as fairseq-train builds its Trainer, after this
-        model = super().build_model(args, task)
-        if args.admin_init.startswith("closed-"):
-            for layers in model.admin_layers().values():
-                n = sum(layer.num_sublayers for layer in layers)
-                with torch.no_grad():
-                    for layer in layers:
-                        layer.omega.fill_(admin_closed_form_omega(n, args.admin_init))
-        return model
+    def method_args(cls, args):
+        if args.admin_init == "profile":
+            require_trainer_hook()  # profiling runs as fairseq-train builds its Trainer, after this
 
     def upgrade_state_dict_named(self, state_dict, name):
         """A checkpoint without omega (a Post-LN model's) keeps this model's omega: the
@@ -191,13 +158,11 @@ class TransformerAdminModel(PluginTransformerModel):
 
     def admin_layers(self):
         """{"encoder" | "decoder": every layer of the stack, LayerDrop or not}."""
-        return {"encoder": stack_layers(self.encoder), "decoder": stack_layers(self.decoder)}
+        return admin_layers(self)
 
 
 def admin_defaults(args):
     """Admin (Liu et al. 2020): Post-LN with profiled residual scaling omega."""
-    args.encoder_normalize_before = getattr(args, "encoder_normalize_before", False)
-    args.decoder_normalize_before = getattr(args, "decoder_normalize_before", False)
     args.admin_init = getattr(args, "admin_init", "profile")
     args.admin_profile_batches = getattr(args, "admin_profile_batches", 1)
     args.admin_profile_mask_padding = getattr(args, "admin_profile_mask_padding", False)
@@ -206,5 +171,5 @@ def admin_defaults(args):
     args.admin_profile_from = getattr(args, "admin_profile_from", None)
 
 
-ARCHS = register_arch_family("transformer_admin", admin_defaults)
+ARCHS = register_arch_family("transformer_admin", admin_defaults, normalize_before=False)
 METHOD = register_method("admin", "transformer_admin", "Admin", "Liu et al. 2020", order=2)

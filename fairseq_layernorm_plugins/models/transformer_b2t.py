@@ -26,7 +26,7 @@ from fairseq.models import register_model
 from torch import Tensor
 
 from fairseq_layernorm_plugins.methods import register_method
-from fairseq_layernorm_plugins.models.base import POST_LN_ONLY, PluginTransformerModel, register_arch_family
+from fairseq_layernorm_plugins.models.base import PluginTransformerModel, register_arch_family
 from fairseq_layernorm_plugins.modules import (
     PluginDecoderLayer,
     PluginEncoderLayer,
@@ -53,7 +53,9 @@ def b2t_weight_rescale(num_layers):
 class B2TLayerMixin(SublayerResidualMixin):
     """The B2T connection on fairseq's ``residual_connection`` hook (Eq. 5, or Eq. 6 w/o LN)."""
 
-    def b2t_init_(self, cfg, num_layers, embed_dim):
+    def method_init_(self, cfg, stack):
+        super().method_init_(cfg, stack)
+        num_layers, embed_dim = stack.num_layers, stack.embed_dim
         self.no_layer_norm = cfg.b2t_no_layer_norm
         self.alpha, self.beta = 1.0, 1.0  # Eq. 6's scales; unused with the LayerNorms (Eq. 5)
         if self.no_layer_norm:
@@ -78,15 +80,11 @@ class B2TLayerMixin(SublayerResidualMixin):
 
 
 class B2TEncoderLayer(B2TLayerMixin, PluginEncoderLayer):
-    def __init__(self, cfg, return_fc=False):
-        super().__init__(cfg, return_fc=return_fc)
-        self.b2t_init_(cfg, cfg.encoder.layers, cfg.encoder.embed_dim)
+    """B2T's encoder layer: the layer input is added at the FFN's residual."""
 
 
 class B2TDecoderLayer(B2TLayerMixin, PluginDecoderLayer):
-    def __init__(self, cfg, no_encoder_attn=False, add_bias_kv=False, add_zero_attn=False):
-        super().__init__(cfg, no_encoder_attn, add_bias_kv, add_zero_attn)
-        self.b2t_init_(cfg, cfg.decoder.layers, cfg.decoder.embed_dim)
+    """B2T's decoder layer: the layer input is added at the FFN's residual."""
 
 
 @register_model("transformer_b2t")
@@ -95,7 +93,6 @@ class TransformerB2TModel(PluginTransformerModel):
 
     encoder_layer_cls = B2TEncoderLayer
     decoder_layer_cls = B2TDecoderLayer
-    incompatible_flags = POST_LN_ONLY
 
     @staticmethod
     def add_args(parser):
@@ -117,11 +114,9 @@ def b2t_defaults(args):
     # the authors' fork (takase/b2t_connection) builds fc1/fc2 as plain nn.Linear and keeps the
     # q/k/v biases' nn.Linear default: fairseq 0.12's initialisation, not fairseq 0.8/0.9's
     args.init_style = getattr(args, "init_style", "fairseq")
-    args.encoder_normalize_before = getattr(args, "encoder_normalize_before", False)
-    args.decoder_normalize_before = getattr(args, "decoder_normalize_before", False)
     args.b2t_no_layer_norm = getattr(args, "b2t_no_layer_norm", False)
     args.b2t_weight_rescale = getattr(args, "b2t_weight_rescale", False)
 
 
-ARCHS = register_arch_family("transformer_b2t", b2t_defaults)
+ARCHS = register_arch_family("transformer_b2t", b2t_defaults, normalize_before=False)
 METHOD = register_method("b2t", "transformer_b2t", "B2T", "Takase et al. 2023", order=4)

@@ -31,7 +31,7 @@ import torch
 from fairseq.models import register_model
 
 from fairseq_layernorm_plugins.methods import register_method
-from fairseq_layernorm_plugins.models.base import POST_LN_ONLY, PluginTransformerModel, register_arch_family
+from fairseq_layernorm_plugins.models.base import PluginTransformerModel, register_arch_family
 from fairseq_layernorm_plugins.modules import PluginDecoderLayer, PluginEncoderLayer, attentions
 
 DEEPNET_INITS = ("paper", "torchscale")
@@ -70,7 +70,13 @@ class DeepNormLayerMixin:
 
     Input x (T, B, C); ``residual_connection`` returns (T, B, C)."""
 
-    def deepnorm_init_(self, cfg, alpha, beta, divisor):
+    def method_init_(self, cfg, stack):
+        super().method_init_(cfg, stack)
+        n, m = trained_depth(cfg)
+        if stack.kind == "encoder":
+            (alpha, beta), divisor = deepnet_encoder_constants(n, m), torchscale_encoder_divisor(n, m)
+        else:
+            (alpha, beta), divisor = deepnet_decoder_constants(m), torchscale_decoder_divisor(m)
         self.alpha = alpha
         style = getattr(cfg, "deepnet_init", None) or "paper"
         if style not in DEEPNET_INITS:
@@ -94,17 +100,11 @@ class DeepNormLayerMixin:
 
 
 class DeepNetEncoderLayer(DeepNormLayerMixin, PluginEncoderLayer):
-    def __init__(self, cfg, return_fc=False):
-        super().__init__(cfg, return_fc=return_fc)
-        n, m = trained_depth(cfg)
-        self.deepnorm_init_(cfg, *deepnet_encoder_constants(n, m), torchscale_encoder_divisor(n, m))
+    """DeepNet's encoder layer: alpha = 0.81 (N^4 M)^(1/16)."""
 
 
 class DeepNetDecoderLayer(DeepNormLayerMixin, PluginDecoderLayer):
-    def __init__(self, cfg, no_encoder_attn=False, add_bias_kv=False, add_zero_attn=False):
-        super().__init__(cfg, no_encoder_attn, add_bias_kv, add_zero_attn)
-        _, m = trained_depth(cfg)
-        self.deepnorm_init_(cfg, *deepnet_decoder_constants(m), torchscale_decoder_divisor(m))
+    """DeepNet's decoder layer: alpha = (3M)^(1/4)."""
 
 
 @register_model("transformer_deepnet")
@@ -113,7 +113,6 @@ class TransformerDeepNetModel(PluginTransformerModel):
 
     encoder_layer_cls = DeepNetEncoderLayer
     decoder_layer_cls = DeepNetDecoderLayer
-    incompatible_flags = POST_LN_ONLY
 
     @staticmethod
     def add_args(parser):
@@ -135,10 +134,8 @@ class TransformerDeepNetModel(PluginTransformerModel):
 
 def deepnet_defaults(args):
     """DeepNet (Wang et al. 2022): Post-LN with DeepNorm residuals and initialisation."""
-    args.encoder_normalize_before = getattr(args, "encoder_normalize_before", False)
-    args.decoder_normalize_before = getattr(args, "decoder_normalize_before", False)
     args.deepnet_init = getattr(args, "deepnet_init", None) or "paper"
 
 
-ARCHS = register_arch_family("transformer_deepnet", deepnet_defaults)
+ARCHS = register_arch_family("transformer_deepnet", deepnet_defaults, normalize_before=False)
 METHOD = register_method("deepnet", "transformer_deepnet", "DeepNet", "Wang et al. 2022", order=5)

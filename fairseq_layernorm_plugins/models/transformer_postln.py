@@ -11,23 +11,19 @@ same model as stock ``transformer``, parameter for parameter.
 from fairseq.models import register_model
 
 from fairseq_layernorm_plugins.methods import register_method
-from fairseq_layernorm_plugins.models.base import POST_LN_ONLY, PluginTransformerModel, register_arch_family
+from fairseq_layernorm_plugins.models.base import PluginTransformerModel, register_arch_family
 
 
 @register_model("transformer_postln")
 class TransformerPostLNModel(PluginTransformerModel):
     """Post-LN encoder-decoder Transformer, initialised as in the papers."""
 
-    incompatible_flags = POST_LN_ONLY
-
 
 def postln_defaults(args):
     """Post-LN (Vaswani et al. 2017): LayerNorm after each residual sum."""
-    args.encoder_normalize_before = getattr(args, "encoder_normalize_before", False)
-    args.decoder_normalize_before = getattr(args, "decoder_normalize_before", False)
 
 
-ARCHS = register_arch_family("transformer_postln", postln_defaults)
+ARCHS = register_arch_family("transformer_postln", postln_defaults, normalize_before=False)
 METHOD = register_method(
     "postln", "transformer_postln", "Post-LN", "Vaswani et al. 2017 (the papers' baseline)", order=0
 )

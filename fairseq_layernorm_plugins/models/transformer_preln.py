@@ -23,9 +23,7 @@ class TransformerPreLNModel(PluginTransformerModel):
 
 def preln_defaults(args):
     """Pre-LN (Xiong et al. 2020): LayerNorm before each sub-layer, final LayerNorms."""
-    args.encoder_normalize_before = getattr(args, "encoder_normalize_before", True)
-    args.decoder_normalize_before = getattr(args, "decoder_normalize_before", True)
 
 
-ARCHS = register_arch_family("transformer_preln", preln_defaults)
+ARCHS = register_arch_family("transformer_preln", preln_defaults, normalize_before=True)
 METHOD = register_method("preln", "transformer_preln", "Pre-LN", "Xiong et al. 2020", order=1)

@@ -57,7 +57,8 @@ def tfixup_encoder_embedding_scale(num_encoder_layers):
 
 
 class TFixupLayerMixin:
-    """No LayerNorm; Xavier fc1/fc2; v at Xavier gain 1; v/out/fc1/fc2 x ``self.tfixup_scale``."""
+    """No LayerNorm; Xavier fc1/fc2; v at Xavier gain 1; v/out/fc1/fc2 and the stack's
+    embedding scaled by the stack's T-Fixup factor."""
 
     def build_fc1(self, input_dim, output_dim, q_noise, qn_block_size):
         return quant_noise(XavierLinear(input_dim, output_dim), p=q_noise, block_size=qn_block_size)
@@ -65,7 +66,12 @@ class TFixupLayerMixin:
     def build_fc2(self, input_dim, output_dim, q_noise, qn_block_size):
         return quant_noise(XavierLinear(input_dim, output_dim), p=q_noise, block_size=qn_block_size)
 
-    def tfixup_init_(self, cfg, scale):
+    def method_init_(self, cfg, stack):
+        super().method_init_(cfg, stack)
+        if stack.kind == "encoder":
+            scale = tfixup_encoder_scale(stack.num_layers)
+        else:
+            scale = tfixup_decoder_scale(stack.num_layers)
         remove_layer_norms(self)
         qkv_bias = getattr(cfg, "tfixup_qkv_bias", None) or "fork"
         if qkv_bias not in TFIXUP_QKV_BIASES:
@@ -85,17 +91,26 @@ class TFixupLayerMixin:
             self.fc1.weight.mul_(scale)
             self.fc2.weight.mul_(scale)
 
+    @classmethod
+    def init_stack_(cls, stack_module, cfg, stack):
+        """The stack's input embedding: encoder x (9 N_e)^-1/4, decoder x (9 N_d)^-1/4."""
+        super().init_stack_(stack_module, cfg, stack)
+        if stack.kind == "decoder" and cfg.share_all_embeddings:
+            return  # one matrix for both stacks: scaled once, by the encoder factor
+        if stack.kind == "encoder":
+            scale = tfixup_encoder_embedding_scale(stack.num_layers)
+        else:
+            scale = tfixup_decoder_scale(stack.num_layers)
+        with torch.no_grad():
+            stack_module.embed_tokens.weight.mul_(scale)
+
 
 class TFixupEncoderLayer(TFixupLayerMixin, PluginEncoderLayer):
-    def __init__(self, cfg, return_fc=False):
-        super().__init__(cfg, return_fc=return_fc)
-        self.tfixup_init_(cfg, tfixup_encoder_scale(cfg.encoder.layers))
+    """T-Fixup's encoder layer: no LayerNorm, v/out/fc1/fc2 x 0.67 N_e^-1/4."""
 
 
 class TFixupDecoderLayer(TFixupLayerMixin, PluginDecoderLayer):
-    def __init__(self, cfg, no_encoder_attn=False, add_bias_kv=False, add_zero_attn=False):
-        super().__init__(cfg, no_encoder_attn, add_bias_kv, add_zero_attn)
-        self.tfixup_init_(cfg, tfixup_decoder_scale(cfg.decoder.layers))
+    """T-Fixup's decoder layer: no LayerNorm, v/out/fc1/fc2 x (9 N_d)^-1/4."""
 
 
 @register_model("transformer_tfixup")
@@ -118,24 +133,12 @@ class TransformerTFixupModel(PluginTransformerModel):
             "authors' fork (fairseq 0.9) leaves them (default); zero: fairseq 0.8's zero in_proj_bias",
         )
 
-    @classmethod
-    def build_model(cls, args, task):
-        model = super().build_model(args, task)
-        encoder_embed, decoder_embed = model.encoder.embed_tokens.weight, model.decoder.embed_tokens.weight
-        with torch.no_grad():
-            encoder_embed.mul_(tfixup_encoder_embedding_scale(args.encoder_layers))
-            if decoder_embed is not encoder_embed:  # shared: scaled once, by the encoder factor
-                decoder_embed.mul_(tfixup_decoder_scale(args.decoder_layers))
-        return model
-
 
 def tfixup_defaults(args):
     """T-Fixup (Huang et al. 2020): no LayerNorm, scaled initialisation, no warm-up."""
-    args.encoder_normalize_before = getattr(args, "encoder_normalize_before", False)
-    args.decoder_normalize_before = getattr(args, "decoder_normalize_before", False)
     args.layernorm_embedding = getattr(args, "layernorm_embedding", False)
     args.tfixup_qkv_bias = getattr(args, "tfixup_qkv_bias", None) or "fork"
 
 
-ARCHS = register_arch_family("transformer_tfixup", tfixup_defaults)
+ARCHS = register_arch_family("transformer_tfixup", tfixup_defaults, normalize_before=False)
 METHOD = register_method("tfixup", "transformer_tfixup", "T-Fixup", "Huang et al. 2020", order=3)

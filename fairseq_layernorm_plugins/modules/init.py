@@ -1,7 +1,7 @@
 """``--init-style``: the initialisation the papers' numbers come from, or fairseq 0.12's.
 
 Every paper here ran on fairseq 0.8/0.9 (Transformer-Clinic, the T-Fixup and B2T forks;
-METHODS.md), where the FFN's fc1/fc2 came from fairseq's ``Linear`` helper (Xavier-uniform
+docs/fidelity.md), where the FFN's fc1/fc2 came from fairseq's ``Linear`` helper (Xavier-uniform
 weight, zero bias) and the attention input projections had zero biases. fairseq 0.12 builds
 fc1/fc2 with ``nn.Linear``'s default (weight and bias uniform +-1/sqrt(fan_in): for
 512 -> 1024 -> 512, half the Xavier variance in fc1 and a quarter in fc2, so the FFN branch
@@ -16,9 +16,6 @@ rescale) is applied after this, on top of it.
 """
 
 import torch
-from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
-
-from fairseq_layernorm_plugins.modules.attention import FusedAttentionMixin
 
 INIT_STYLES = ("paper", "fairseq")
 
@@ -41,27 +38,11 @@ def paper_init_(layer):
                     proj.bias.zero_()  # fairseq 0.8's in_proj_bias
 
 
-class InitStyleMixin:
-    """Mix in right before fairseq's layer class: once fairseq has built the layer, apply
-    ``cfg.init_style`` (before the method's own initialisation, which runs after ``super().__init__``)."""
-
-    def __init__(self, cfg, *args, **kwargs):
-        super().__init__(cfg, *args, **kwargs)
-        style = getattr(cfg, "init_style", "fairseq")
-        if style not in INIT_STYLES:
-            raise ValueError(f"--init-style must be one of {', '.join(INIT_STYLES)}, not {style!r}")
-        if style == "paper":
-            paper_init_(self)
-
-
-class PluginEncoderLayer(InitStyleMixin, TransformerEncoderLayerBase):
-    """fairseq's encoder layer with ``--init-style``; every method's encoder layers derive from it.
-
-    Input x (T, B, C), ``encoder_padding_mask`` (B, T); output (T, B, C)."""
-
-
-class PluginDecoderLayer(InitStyleMixin, FusedAttentionMixin, TransformerDecoderLayerBase):
-    """fairseq's decoder layer with ``--init-style`` and ``--fused-attention``; every method's
-    decoder layers derive from it.
-
-    Input x (T, B, C), encoder output (S, B, C); output (T, B, C)."""
+def init_style_(layer, cfg):
+    """Apply ``cfg.init_style`` to a layer fairseq has just built (before the method's own
+    initialisation, ``modules/layers.py``)."""
+    style = getattr(cfg, "init_style", "fairseq")
+    if style not in INIT_STYLES:
+        raise ValueError(f"--init-style must be one of {', '.join(INIT_STYLES)}, not {style!r}")
+    if style == "paper":
+        paper_init_(layer)

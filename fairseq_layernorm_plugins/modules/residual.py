@@ -36,12 +36,12 @@ class SublayerResidualMixin:
     sublayer: int
     layer_input: Tensor | None
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+    def method_init_(self, cfg, stack):
         self.num_sublayers = 3 if getattr(self, "encoder_attn", None) is not None else 2
         self.sublayer = 0
         self.layer_input = None
         self.register_forward_pre_hook(restart_sublayers)
+        super().method_init_(cfg, stack)
 
     def __prepare_scriptable__(self):
         """Called by ``torch.jit.script``: drop the eager-only pre-hook (see the module docstring)."""

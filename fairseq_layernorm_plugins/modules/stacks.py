@@ -2,8 +2,10 @@
 
 fairseq's ``TransformerEncoderBase.build_encoder_layer`` hard-codes
 ``TransformerEncoderLayerBase``; these subclasses build ``layer_cls`` (a constructor
-argument, or a class attribute of a subclass) instead and wrap it exactly as fairseq
-does (activation checkpointing, FSDP).
+argument, or a class attribute of a subclass) instead, tell each layer its
+:class:`~fairseq_layernorm_plugins.modules.layers.Stack`, wrap it exactly as fairseq does
+(activation checkpointing, FSDP), and once every layer exists call the layer class's
+``init_stack_`` hook (``modules/layers.py``).
 """
 
 from fairseq.distributed import fsdp_wrap
@@ -13,6 +15,8 @@ from fairseq.models.transformer.transformer_encoder import module_name_fordropou
 from fairseq.modules import FairseqDropout
 from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
+
+from fairseq_layernorm_plugins.modules.layers import PluginDecoderLayer, PluginEncoderLayer, Stack
 
 
 def stack_layers(stack):
@@ -47,35 +51,39 @@ class PluginTransformerEncoder(TransformerEncoderBase):
     Input ``src_tokens`` (B, S); output ``encoder_out["encoder_out"][0]`` (S, B, C).
     """
 
-    layer_cls = TransformerEncoderLayerBase
+    layer_cls = PluginEncoderLayer
 
     def __init__(self, cfg, dictionary, embed_tokens, return_fc=False, layer_cls=None):
         if layer_cls is not None:
             self.layer_cls = layer_cls  # set before fairseq's __init__, which builds the layers
         super().__init__(cfg, dictionary, embed_tokens, return_fc=return_fc)
         self.dropout_module.module_name = encoder_dropout_name(TransformerEncoderBase.__name__)  # as stock fairseq
+        self.layer_cls.init_stack_(self, cfg, Stack.of(cfg, "encoder"))
 
     def build_encoder_layer(self, cfg):
-        layer = self.layer_cls(cfg, return_fc=self.return_fc)
+        layer = self.layer_cls(cfg, return_fc=self.return_fc, stack=Stack.of(cfg, "encoder"))
         name_dropout_modules(layer, TransformerEncoderLayerBase.__name__, type(layer).__name__)
         return wrap_layer(layer, cfg)
 
 
 class PluginTransformerDecoder(TransformerDecoderBase):
-    """fairseq's decoder with ``cfg.decoder.layers`` layers of class :attr:`layer_cls`.
+    """fairseq's decoder with ``cfg.decoder.layers`` layers of class :attr:`layer_cls`;
+    :attr:`stack_kind` ``decoder`` (of an encoder-decoder) or ``lm`` (a decoder-only model).
 
     Input ``prev_output_tokens`` (B, T); output logits (B, T, V).
     """
 
-    layer_cls = TransformerDecoderLayerBase
+    layer_cls = PluginDecoderLayer
+    stack_kind = "decoder"
 
     def __init__(self, cfg, dictionary, embed_tokens, no_encoder_attn=False, output_projection=None, layer_cls=None):
         if layer_cls is not None:
             self.layer_cls = layer_cls  # set before fairseq's __init__, which builds the layers
         super().__init__(cfg, dictionary, embed_tokens, no_encoder_attn, output_projection)
         self.dropout_module.module_name = decoder_dropout_name(TransformerDecoderBase.__name__)  # as stock fairseq
+        self.layer_cls.init_stack_(self, cfg, Stack.of(cfg, self.stack_kind))
 
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
-        layer = self.layer_cls(cfg, no_encoder_attn=no_encoder_attn)
+        layer = self.layer_cls(cfg, no_encoder_attn=no_encoder_attn, stack=Stack.of(cfg, self.stack_kind))
         name_dropout_modules(layer, TransformerDecoderLayerBase.__name__, type(layer).__name__)
         return wrap_layer(layer, cfg)
