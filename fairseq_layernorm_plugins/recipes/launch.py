@@ -93,7 +93,7 @@ class Launch:
         common["fp16"], common["bf16"] = self.effective_precision == "fp16", self.effective_precision == "bf16"
         common["cpu"] = bool(self.cpu_workers)
         distributed = fairseq.setdefault("distributed_training", {})
-        if self.cpu_workers > 1:  # FAIRSEQ_NOTES.md: CPU data parallel needs gloo and legacy_ddp
+        if self.cpu_workers > 1:  # docs/fairseq_notes.md: CPU data parallel needs gloo and legacy_ddp
             distributed.update(distributed_backend="gloo", ddp_backend="legacy_ddp")
         elif self.slurm and self.workers > 1:  # fairseq's SLURM setup: one task per GPU, rendezvous on this port
             distributed.update(distributed_world_size=self.workers, distributed_port=self.master_port)

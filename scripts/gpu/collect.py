@@ -17,7 +17,7 @@ removed. Prints each part's size and fails past ``--limit-mib`` (64 MiB). When p
 the package index is asked once on its own: a failure while it answers (a bad pin, a
 missing wheel) is reported as pip's error, and only an index that does not answer as a
 network problem (:class:`IndexUnreachable`). On the node:
-``scripts/gpu/install.sh`` then ``scripts/gpu/check.py`` (README, "On a GPU cluster").
+``scripts/gpu/install.sh`` then ``scripts/gpu/check.py`` (docs/cluster.md).
 """
 
 import argparse

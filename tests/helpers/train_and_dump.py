@@ -3,7 +3,7 @@ write this rank's final model parameters to ``$DUMP_DIR/rank<N>.pt``.
 
 Used by the data-parallel test: fairseq saves checkpoints from rank 0 only, so this is
 how the test sees every rank's parameters. Distributed flags come from torchrun's env
-(gloo on CPU, FAIRSEQ_NOTES.md)."""
+(gloo on CPU, docs/fairseq_notes.md)."""
 
 import os
 import sys
