@@ -3,6 +3,7 @@ the same functions, so ``fairseq-ln-train X`` and ``python scripts/train.py X`` 
 Each returns None: a console script passes its return value to ``sys.exit``.
 
     fairseq-ln-prepare multi30k                      # = python scripts/prepare_multi30k.py
+    fairseq-ln-prepare wikitext2                     # = python scripts/prepare_wikitext.py wikitext2
     fairseq-ln-train iwslt14/admin --gpus 1          # = python scripts/train.py ...
     fairseq-ln-evaluate runs/iwslt14/admin/6L-6L.seed1
     fairseq-ln-table runs --table wmt14/admin --out results/wmt14_admin
@@ -22,7 +23,7 @@ from fairseq_layernorm_plugins.recipes.config import REPO, RecipeError, list_rec
 from fairseq_layernorm_plugins.recipes.launch import PRECISIONS, Launch, data_bin, run_dir
 from fairseq_layernorm_plugins.recipes.launch import train as run_training
 
-CORPORA = ("multi30k", "iwslt14", "iwslt14_mini", "wmt14", "wmt14_mini")
+CORPORA = ("multi30k", "iwslt14", "iwslt14_mini", "wmt14", "wmt14_mini", "wikitext103", "wikitext2")
 
 
 def _parser(doc, **kwargs):
