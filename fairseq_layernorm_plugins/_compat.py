@@ -11,6 +11,11 @@ makes to fairseq's own behaviour, each named:
   copy (``torch.cuda.current_device()``) and on the first gradient overflow
   (``torch.tensor(0.0).cuda()``); ``--cpu --amp`` silently trains in fp32. Applied on
   import; it changes only runs without CUDA.
+* ``numpy_compat_long`` (fairseq 0.12.x with NumPy >= 2): ``TokenBlockDataset`` (a language
+  model's data at inference: ``fairseq-interactive``, ``--sample-break-mode eos``) and
+  ``LanguagePairDataset.get_batch_shapes`` read ``np.compat.long``, which NumPy 2 removed, and
+  die with an AttributeError. Those two modules see a NumPy that has it again (int64, NumPy
+  1.x's ``np.compat.long`` on Linux). Applied on import; it changes only runs that would fail.
 * ``keep_last_batch`` (fairseq 0.12.3 / main, so fairseq-fixed): ``batch_by_size`` drops
   the last batch of every split (up to 7 sentences). Applied when one of the plugin's
   models is built, so fairseq's own archs batch as without the plugin.
@@ -82,6 +87,7 @@ PATCHES = (
     "checkpoint_loading",
     "bf16_without_tpu",
     "fp16_on_cpu",
+    "numpy_compat_long",
     "keep_last_batch",
     "resume_batches",
     "patience_resume",
@@ -107,6 +113,7 @@ def apply(name, *args):
             "checkpoint_loading": enable_fairseq_checkpoint_loading,
             "bf16_without_tpu": bf16_without_tpu,
             "fp16_on_cpu": fp16_on_cpu,
+            "numpy_compat_long": numpy_compat_long,
             "keep_last_batch": keep_last_batch,
             "resume_batches": resume_batches,
             "patience_resume": patience_resume,
@@ -122,6 +129,31 @@ def enable_fairseq_checkpoint_loading():
     variable at load time; an explicit setting by the user wins.
     """
     os.environ.setdefault("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
+
+
+class _NumpyWithCompat:
+    """NumPy as it is, plus the ``np.compat.long`` NumPy 2 removed (int64)."""
+
+    def __init__(self, numpy):
+        import types
+
+        self._numpy = numpy
+        self.compat = types.SimpleNamespace(long=numpy.int64)
+
+    def __getattr__(self, name):
+        return getattr(self._numpy, name)
+
+
+def numpy_compat_long():
+    """Give fairseq's two readers of ``np.compat.long`` a NumPy that has it (module docstring)."""
+    import numpy
+    from fairseq.data import language_pair_dataset, token_block_dataset
+
+    if hasattr(numpy, "compat"):  # NumPy 1.x: nothing to do
+        return
+    for module in (token_block_dataset, language_pair_dataset):
+        if not isinstance(module.np, _NumpyWithCompat):
+            module.np = _NumpyWithCompat(module.np)
 
 
 def _drops_last_batch(batch_by_size):

@@ -111,7 +111,8 @@ def profile_admin_(model, batches, mask_padding=False):
     sub-layer: layer, sublayer, var_input (Var(x * omega)), var_branch, omega]}, the
     variances averaged over the batches."""
     stacks = admin_layers(model)
-    layerdrop = [s.layers for s in (model.encoder, model.decoder) if isinstance(s.layers, LayerDropModuleList)]
+    stack_modules = [getattr(model, name, None) for name in ("encoder", "decoder")]
+    layerdrop = [s.layers for s in stack_modules if isinstance(getattr(s, "layers", None), LayerDropModuleList)]
     saved_p = [layers.p for layers in layerdrop]
     was_training = model.training
     per_batch = {stack: [] for stack in stacks}
@@ -212,12 +213,13 @@ def omegas_from_file_(model, path):
 
 def padding_masks(model, sample):
     """{"encoder": (B, S), "decoder": (B, T)} True at padding, as fairseq's encoder and
-    decoder compute them from the source tokens and the previous output tokens."""
+    decoder compute them from the source tokens and the previous output tokens (a language
+    model's decoder reads the source tokens)."""
     net_input = sample["net_input"]
-    return {
-        "encoder": net_input["src_tokens"].eq(model.encoder.padding_idx),
-        "decoder": net_input["prev_output_tokens"].eq(model.decoder.padding_idx),
-    }
+    masks = {"decoder": net_input.get("prev_output_tokens", net_input["src_tokens"]).eq(model.decoder.padding_idx)}
+    if getattr(model, "encoder", None) is not None:
+        masks["encoder"] = net_input["src_tokens"].eq(model.encoder.padding_idx)
+    return masks
 
 
 def checkpoint_to_load(checkpoint_cfg):

@@ -31,9 +31,12 @@ def training_args(data_bin, arch, *overrides):
 
 
 def build(data_bin, arch, *overrides, seed=1):
-    """(model, criterion, task) for ``fairseq-train DATA --arch ARCH OVERRIDES`` on CPU, as
-    fairseq-train builds them (the parsed args are ``model.args``)."""
-    args = training_args(data_bin, arch, *overrides)
+    """(model, criterion, task) for ``fairseq-train DATA --arch ARCH OVERRIDES`` on CPU."""
+    return build_from_args(training_args(data_bin, arch, *overrides), seed)
+
+
+def build_from_args(args, seed=1):
+    """(model, criterion, task) from parsed ``fairseq-train`` args, as fairseq-train builds them."""
     task = tasks.setup_task(args)
     torch.manual_seed(seed)
     model = task.build_model(args)

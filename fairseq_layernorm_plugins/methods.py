@@ -15,18 +15,26 @@ from pathlib import Path
 @dataclass(frozen=True)
 class Method:
     """``name``: the recipe file name in each setting (``configs/iwslt14/<name>.yaml``);
-    ``model``: the fairseq model it registers; ``label``: for tables and plots; ``paper``:
-    where it comes from; ``order``: its place in tables and plots."""
+    ``model``: the fairseq model it registers (the encoder-decoder); ``label``: for tables and
+    plots; ``paper``: where it comes from; ``order``: its place in tables and plots;
+    ``lm_model``: its decoder-only language model, if it registers one."""
 
     name: str
     model: str
     label: str
     paper: str
     order: int = 100
+    lm_model: str | None = None
 
     def arch(self, size=""):
         """The architecture of size ``size`` (a suffix of ``models.base.ARCH_SIZES``)."""
         return self.model + size
+
+    def lm_arch(self, size=""):
+        """The language-model architecture of size ``size`` (a suffix of ``models.base_lm.LM_ARCH_SIZES``)."""
+        if self.lm_model is None:
+            raise ValueError(f"method {self.name!r} registers no language model")
+        return self.lm_model + size
 
     @property
     def colour(self):
@@ -37,11 +45,11 @@ class Method:
 METHODS = {}  # name -> Method
 
 
-def register_method(name, model, label, paper, order=100):
+def register_method(name, model, label, paper, order=100, lm_model=None):
     """Register a method (from its model module); returns its :class:`Method`."""
     if name in METHODS and METHODS[name].model != model:
         raise ValueError(f"method {name!r} is already registered for {METHODS[name].model}")
-    METHODS[name] = Method(name, model, label, paper, order)
+    METHODS[name] = Method(name, model, label, paper, order, lm_model)
     return METHODS[name]
 
 

@@ -35,13 +35,14 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: -minutes(item))
 
 
-def run_cli(tool, *args, cwd=None, timeout=300, env=None):
-    """Run a fairseq console script (``fairseq-train`` ...); return its combined output.
+def run_cli(tool, *args, cwd=None, timeout=300, env=None, input_text=None):
+    """Run a fairseq console script (``fairseq-train`` ...), ``input_text`` on its stdin; return
+    its combined output.
 
     On failure the test fails with the tail of the log rather than a bare exit code.
     """
     cmd = [str(BIN / tool), *map(str, args)]
-    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env, input=input_text)
     out = proc.stdout + proc.stderr
     if proc.returncode != 0:
         pytest.fail(f"{' '.join(cmd)} exited {proc.returncode}:\n{out[-4000:]}")
@@ -82,14 +83,20 @@ def tiny_data_bin(tmp_path_factory):
     return root / "bin"
 
 
-def plugin_archs():
-    """{arch name: model name} for every architecture this package registers."""
+def plugin_archs(kind="translation"):
+    """{arch name: model name} for every architecture this package registers of ``kind``:
+    ``translation`` (the encoder-decoders), ``lm`` (the decoder-only language models) or ``all``."""
     from fairseq.models import ARCH_MODEL_NAME_REGISTRY, ARCH_MODEL_REGISTRY
 
+    from fairseq_layernorm_plugins.models.base import PluginTransformerModel
+    from fairseq_layernorm_plugins.models.base_lm import PluginTransformerLanguageModel
+
+    bases = {"translation": PluginTransformerModel, "lm": PluginTransformerLanguageModel}
+    wanted = tuple(bases.values()) if kind == "all" else bases[kind]
     return {
         arch: ARCH_MODEL_NAME_REGISTRY[arch]
         for arch, model_cls in ARCH_MODEL_REGISTRY.items()
-        if model_cls.__module__.startswith("fairseq_layernorm_plugins.")
+        if model_cls.__module__.startswith("fairseq_layernorm_plugins.") and issubclass(model_cls, wanted)
     }
 
 
@@ -102,10 +109,11 @@ def parse(data_bin, arch, *extra):
 
 def build(data_bin, arch, *extra, seed=1):
     """(model, task, args) as ``fairseq-train`` would build them (the package's own builder)."""
-    from fairseq_layernorm_plugins.diagnostics import build as build_model
+    from fairseq_layernorm_plugins.diagnostics import build_from_args
 
-    model, _, task = build_model(data_bin, arch, *extra, seed=seed)
-    return model, task, model.args
+    args = parse(data_bin, arch, *extra)
+    model, _, task = build_from_args(args, seed)
+    return model, task, args
 
 
 def batch(task, n=8):

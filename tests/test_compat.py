@@ -196,3 +196,15 @@ def test_unknown_patch_name_is_refused(monkeypatch):
     monkeypatch.setenv(_compat.SWITCH, "keep_last_batch,keep-last-batch")
     with pytest.raises(ValueError, match="unknown patch keep-last-batch"):
         _compat.patch_enabled("keep_last_batch")
+
+
+def test_token_blocks_build_under_numpy_2():
+    """A language model's inference data (``TokenBlockDataset``, break mode eos, as
+    fairseq-interactive builds it) reads ``np.compat.long``, gone in NumPy 2: built here."""
+    import numpy as np
+    import torch
+    from fairseq.data import TokenBlockDataset
+
+    sentences = [torch.tensor([4, 5, 2]), torch.tensor([6, 2]), torch.tensor([7, 8, 9, 2])]
+    blocks = TokenBlockDataset(sentences, np.array([3, 2, 4]), block_size=None, pad=1, eos=2, break_mode="eos")
+    assert [blocks[i].tolist() for i in range(len(blocks))] == [s.tolist() for s in sentences]

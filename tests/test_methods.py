@@ -12,6 +12,7 @@ from fairseq_layernorm_plugins.methods import METHODS, method_names
 
 def test_every_plugin_model_is_a_method_in_table_order():
     assert {m.model for m in METHODS.values()} == set(plugin_archs().values())
+    assert {m.lm_model for m in METHODS.values()} == set(plugin_archs("lm").values())
     assert method_names() == ["postln", "preln", "admin", "tfixup", "b2t", "deepnet"]
     assert len({m.colour for m in METHODS.values()}) == len(METHODS)
     assert method_names("multi30k") == method_names()  # the main job runs every method

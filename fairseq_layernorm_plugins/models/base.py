@@ -1,22 +1,28 @@
-"""The shared base of every method: fairseq's ``TransformerModel`` with pluggable stacks.
+"""The shared base of every method: fairseq's models with pluggable stacks.
 
-A method module subclasses fairseq's layers (overriding their hooks), subclasses
-:class:`PluginTransformerModel` naming them as ``encoder_layer_cls`` /
-``decoder_layer_cls``, and calls
-:func:`register_arch_family` once to register its architecture and size variants.
+A method module writes its layer mixin over ``PluginEncoderLayer`` / ``PluginDecoderLayer``
+(``modules/layers.py``), subclasses :class:`PluginTransformerModel` naming its layers as
+``encoder_layer_cls`` / ``decoder_layer_cls`` (and ``PluginTransformerLanguageModel`` for a
+decoder-only model, ``base_lm.py``), and calls :func:`register_arch_family` once to register
+its architecture and size variants.
 """
 
 import argparse
 import copy
-from collections.abc import Callable
-from dataclasses import dataclass
 
-from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_NAME_REGISTRY, MODEL_REGISTRY, register_model_architecture
+from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_NAME_REGISTRY
 from fairseq.models.transformer import TransformerConfig, TransformerModel
 from fairseq.models.transformer import transformer_legacy as fairseq_archs
 from omegaconf import OmegaConf
 
 from fairseq_layernorm_plugins import _compat
+from fairseq_layernorm_plugins.models.family import (
+    POST_LN_ONLY,
+    ArchFamily,
+    plugin_architecture,
+    register_family,
+    registered_name,
+)
 from fairseq_layernorm_plugins.modules import (
     INIT_STYLES,
     PluginDecoderLayer,
@@ -26,19 +32,28 @@ from fairseq_layernorm_plugins.modules import (
 )
 from fairseq_layernorm_plugins.modules.word_dropout import add_word_dropout_args, install_word_dropout
 
+__all__ = [
+    "ARCH_FAMILIES",
+    "ARCH_SIZES",
+    "POST_LN_ONLY",
+    "PluginModelMixin",
+    "PluginTransformerModel",
+    "register_arch_family",
+]
 
-class PluginTransformerModel(TransformerModel):
-    """fairseq's legacy ``TransformerModel`` (same args, checkpoints, generation) whose
-    encoder and decoder layers are :attr:`encoder_layer_cls` and :attr:`decoder_layer_cls`."""
 
-    encoder_layer_cls = PluginEncoderLayer
+class PluginModelMixin:
+    """What every plugin model adds to its fairseq model, whatever its kind: the plugin's
+    options, the method's options and defaults, refused flags and fairseq patches."""
+
     decoder_layer_cls = PluginDecoderLayer
     # command-line flags the method cannot honour: {arg name: why}
     incompatible_flags = {}
+    families = {}  # {model name: ArchFamily} of this model kind
+    base_size = None  # fairseq's size function of this model kind's base architecture
 
     @staticmethod
-    def add_args(parser):
-        TransformerModel.add_args(parser)
+    def add_plugin_args(parser):
         parser.add_argument(
             "--init-style",
             choices=INIT_STYLES,
@@ -54,10 +69,16 @@ class PluginTransformerModel(TransformerModel):
             "scaled_dot_product_attention path, as fairseq already runs self-attention (same results "
             "within float rounding; modules/attention.py)",
         )
-        add_word_dropout_args(parser)  # --enc/dec-replace-rate (the B2T fork's worddrop), every arch
+
+    @staticmethod
+    def add_method_args(parser):
+        """Hook: the method's own command-line options; none by default."""
 
     @classmethod
-    def build_model(cls, args, task):
+    def plugin_args(cls, args):
+        """``args`` ready for fairseq's ``build_model``: a plain Namespace with the method's
+        defaults and what it derives from them; refused flags refused; the plugin's fairseq
+        patches applied (they apply to the plugin's archs only, see ``_compat``)."""
         if OmegaConf.is_config(args):
             # fairseq-hydra-train passes a DictConfig, from which fairseq's TransformerConfig
             # keeps only its own fields: the method's options would be silently dropped
@@ -67,16 +88,15 @@ class PluginTransformerModel(TransformerModel):
         for flag, why in cls.forbidden_flags().items():
             if getattr(args, flag, False):
                 raise ValueError(f"{args.arch}: drop --{flag.replace('_', '-')} ({why})")
-        _compat.apply("keep_last_batch")  # for the plugin's archs only (see _compat)
-        _compat.apply("resume_batches")
-        _compat.apply("patience_resume")
-        return install_word_dropout(super().build_model(args, task), args)
+        for patch in ("keep_last_batch", "resume_batches", "patience_resume"):
+            _compat.apply(patch)
+        return args
 
     @classmethod
     def forbidden_flags(cls):
         """{arg name: why}: the method's :attr:`incompatible_flags`, and the Pre-LN flags for a
         Post-LN family (``register_arch_family(..., normalize_before=False)``)."""
-        family = ARCH_FAMILIES.get(registered_name(cls))
+        family = cls.families.get(registered_name(cls, cls.families))
         post_ln = POST_LN_ONLY if family is not None and family.normalize_before is False else {}
         return {**post_ln, **cls.incompatible_flags}
 
@@ -94,10 +114,10 @@ class PluginTransformerModel(TransformerModel):
         from a parser or a notebook) then build the method's model, not fairseq's Post-LN
         transformer; values already in ``args`` win, so args from the command line or a
         checkpoint are left as they are."""
-        model_name = registered_name(cls)
+        model_name = registered_name(cls, cls.families)
         arch = getattr(args, "arch", None)
         if model_name is None:  # not a registered method: the plugin's own defaults at base size
-            plugin_architecture(args, ArchFamily(lambda args: None), fairseq_archs.base_architecture)
+            plugin_architecture(args, ArchFamily(lambda args: None), cls.base_size)
         elif ARCH_MODEL_NAME_REGISTRY.get(arch) == model_name:
             ARCH_CONFIG_REGISTRY[arch](args)
         else:
@@ -109,21 +129,6 @@ class PluginTransformerModel(TransformerModel):
         sub-layers drop an eager-only pre-hook when scripted (``modules/residual.py``); the
         model the user scripted keeps it."""
         return copy.deepcopy(self)
-
-    @classmethod
-    def build_encoder(cls, args, src_dict, embed_tokens):
-        cfg = TransformerConfig.from_namespace(args)
-        return PluginTransformerEncoder(cfg, src_dict, embed_tokens, layer_cls=cls.encoder_layer_cls)
-
-    @classmethod
-    def build_decoder(cls, args, tgt_dict, embed_tokens):
-        cfg = TransformerConfig.from_namespace(args)
-        return PluginTransformerDecoder(
-            cfg, tgt_dict, embed_tokens, no_encoder_attn=cfg.no_cross_attention, layer_cls=cls.decoder_layer_cls
-        )
-
-
-POST_LN_ONLY = dict.fromkeys(("encoder_normalize_before", "decoder_normalize_before"), "the method is Post-LN")
 
 
 def _deep(args):
@@ -143,50 +148,41 @@ ARCH_SIZES = {
     "_wmt_en_de_deep": _deep,  # Transformer base at 18L-18L by default
 }
 
-
-@dataclass(frozen=True)
-class ArchFamily:
-    """A method's architecture defaults: ``defaults(args)`` sets its own options (written as
-    ``args.x = getattr(args, "x", default)``, so command-line flags win); ``normalize_before``
-    is where its LayerNorms sit, stated once: False for the Post-LN family (``--encoder/decoder-
-    normalize-before`` then refused), True for Pre-LN, None to leave fairseq's default."""
-
-    defaults: Callable
-    normalize_before: bool | None = None
-
-    def __call__(self, args):
-        """The method's settings, in place (what its architectures set beyond fairseq's)."""
-        if self.normalize_before is not None:
-            args.encoder_normalize_before = getattr(args, "encoder_normalize_before", self.normalize_before)
-            args.decoder_normalize_before = getattr(args, "decoder_normalize_before", self.normalize_before)
-        self.defaults(args)
-
-    @property
-    def __doc__(self):
-        return self.defaults.__doc__
-
-
-# model name -> its ArchFamily (what its archs set beyond fairseq's)
+# model name -> its ArchFamily (what its archs set beyond fairseq's): the encoder-decoders
 ARCH_FAMILIES = {}
 
 
-def plugin_architecture(args, method_defaults, size_defaults):
-    """What every plugin architecture sets, in place: the method's own defaults, then the
-    plugin's options, then fairseq's defaults for the size."""
-    method_defaults(args)  # first: a method may set its authors' own init_style
-    args.init_style = getattr(args, "init_style", "paper")
-    args.fused_attention = getattr(args, "fused_attention", False)
-    size_defaults(args)
+class PluginTransformerModel(PluginModelMixin, TransformerModel):
+    """fairseq's legacy ``TransformerModel`` (same args, checkpoints, generation) whose
+    encoder and decoder layers are :attr:`encoder_layer_cls` and :attr:`decoder_layer_cls`."""
 
+    encoder_layer_cls = PluginEncoderLayer
+    families = ARCH_FAMILIES
+    base_size = staticmethod(fairseq_archs.base_architecture)
 
-def registered_name(model_cls):
-    """The name ``model_cls`` (or its nearest base class) is registered under with an
-    architecture family (:func:`register_arch_family`), or None."""
-    for klass in model_cls.__mro__:
-        for name in ARCH_FAMILIES:
-            if MODEL_REGISTRY.get(name) is klass:
-                return name
-    return None
+    @classmethod
+    def add_args(cls, parser):
+        TransformerModel.add_args(parser)
+        cls.add_plugin_args(parser)
+        add_word_dropout_args(parser)  # --enc/dec-replace-rate (the B2T fork's worddrop), every arch
+        cls.add_method_args(parser)
+
+    @classmethod
+    def build_model(cls, args, task):
+        args = cls.plugin_args(args)
+        return install_word_dropout(super().build_model(args, task), args)
+
+    @classmethod
+    def build_encoder(cls, args, src_dict, embed_tokens):
+        cfg = TransformerConfig.from_namespace(args)
+        return PluginTransformerEncoder(cfg, src_dict, embed_tokens, layer_cls=cls.encoder_layer_cls)
+
+    @classmethod
+    def build_decoder(cls, args, tgt_dict, embed_tokens):
+        cfg = TransformerConfig.from_namespace(args)
+        return PluginTransformerDecoder(
+            cfg, tgt_dict, embed_tokens, no_encoder_attn=cfg.no_cross_attention, layer_cls=cls.decoder_layer_cls
+        )
 
 
 def register_arch_family(model_name, method_defaults, normalize_before=None):
@@ -197,15 +193,4 @@ def register_arch_family(model_name, method_defaults, normalize_before=None):
     written as ``args.x = getattr(args, "x", default)`` so command-line flags win) and then
     chains to fairseq's architecture function for that size. Returns ``{arch_name: arch_function}``.
     """
-    method_defaults = ARCH_FAMILIES[model_name] = ArchFamily(method_defaults, normalize_before)
-    registered = {}
-    for suffix, size_defaults in ARCH_SIZES.items():
-        arch_name = model_name + suffix
-
-        def arch(args, size_defaults=size_defaults):
-            plugin_architecture(args, method_defaults, size_defaults)
-
-        arch.__name__ = arch.__qualname__ = arch_name
-        arch.__doc__ = f"{method_defaults.__doc__ or model_name} Sizes: {size_defaults.__name__}."
-        registered[arch_name] = register_model_architecture(model_name, arch_name)(arch)
-    return registered
+    return register_family(ARCH_FAMILIES, ARCH_SIZES, model_name, method_defaults, normalize_before)

@@ -3,7 +3,7 @@ Post-LN with a per-sub-layer vector omega on the residual (Sec. 4.3, Eq. 5):
 
     x_i = LN(x_{i-1} * omega_i + f_i(x_{i-1}))
 
-(encoder: self-attn, FFN; decoder: self-attn, cross-attn, FFN). omega is a trainable
+(encoder and language model: self-attn, FFN; decoder: self-attn, cross-attn, FFN). omega is a trainable
 (num_sublayers, d) parameter of each layer, saved in checkpoints. ``--admin-init``:
 
 * ``profile`` (default, the paper): one training-mode forward pass (dropout on) over a
@@ -24,7 +24,8 @@ Post-LN with a per-sub-layer vector omega on the residual (Sec. 4.3, Eq. 5):
   precision; docs/mixed_precision.md gives the difference).
 * ``closed-logn`` / ``closed-n`` / ``closed-1``: the authors' later admin-torch closed
   forms, one omega = sqrt(v) per stack for an O(log n) / O(n) / O(1) output change,
-  n = number of residual sub-layers of the stack (2 N_e or 3 N_d).
+  n = number of residual sub-layers of the stack (2 N_e or 3 N_d; 2 M in a language
+  model, as admin-torch's ``num_res_layers`` of an M-layer stack without cross-attention).
 * ``none``: omega = 1 (plain Post-LN with the omega parameters, for ablations).
 """
 
@@ -38,6 +39,7 @@ from torch import Tensor
 from fairseq_layernorm_plugins.admin_profiling import admin_layers, require_trainer_hook
 from fairseq_layernorm_plugins.methods import register_method
 from fairseq_layernorm_plugins.models.base import PluginTransformerModel, register_arch_family
+from fairseq_layernorm_plugins.models.base_lm import PluginTransformerLanguageModel, register_lm_arch_family
 from fairseq_layernorm_plugins.modules import (
     PluginDecoderLayer,
     PluginEncoderLayer,
@@ -102,16 +104,11 @@ class AdminDecoderLayer(AdminLayerMixin, PluginDecoderLayer):
     """Admin's decoder layer: omega (3, C), or (2, C) without encoder attention."""
 
 
-@register_model("transformer_admin")
-class TransformerAdminModel(PluginTransformerModel):
-    """Post-LN encoder-decoder Transformer with Admin's residual scaling omega."""
-
-    encoder_layer_cls = AdminEncoderLayer
-    decoder_layer_cls = AdminDecoderLayer
+class AdminModel:
+    """What Admin adds to a model of any kind (mix in before the plugin's model class)."""
 
     @staticmethod
-    def add_args(parser):
-        PluginTransformerModel.add_args(parser)
+    def add_method_args(parser):
         parser.add_argument(
             "--admin-init",
             choices=ADMIN_INITS,
@@ -161,6 +158,21 @@ class TransformerAdminModel(PluginTransformerModel):
         return admin_layers(self)
 
 
+@register_model("transformer_admin")
+class TransformerAdminModel(AdminModel, PluginTransformerModel):
+    """Post-LN encoder-decoder Transformer with Admin's residual scaling omega."""
+
+    encoder_layer_cls = AdminEncoderLayer
+    decoder_layer_cls = AdminDecoderLayer
+
+
+@register_model("transformer_lm_admin")
+class TransformerAdminLanguageModel(AdminModel, PluginTransformerLanguageModel):
+    """Post-LN decoder-only language model with Admin's omega, profiled on its first training batch."""
+
+    decoder_layer_cls = AdminDecoderLayer
+
+
 def admin_defaults(args):
     """Admin (Liu et al. 2020): Post-LN with profiled residual scaling omega."""
     args.admin_init = getattr(args, "admin_init", "profile")
@@ -172,4 +184,7 @@ def admin_defaults(args):
 
 
 ARCHS = register_arch_family("transformer_admin", admin_defaults, normalize_before=False)
-METHOD = register_method("admin", "transformer_admin", "Admin", "Liu et al. 2020", order=2)
+LM_ARCHS = register_lm_arch_family("transformer_lm_admin", admin_defaults, normalize_before=False)
+METHOD = register_method(
+    "admin", "transformer_admin", "Admin", "Liu et al. 2020", order=2, lm_model="transformer_lm_admin"
+)

@@ -4,6 +4,7 @@ just before the layer's last LayerNorm, skipping the intermediate ones (Eq. 5):
 
     encoder: h = LN1(x + Attn(x));                         out = LN2(x + h + FFN(h))
     decoder: h1 = LN(x + SelfAttn(x)); h2 = LN(h1 + CrossAttn(h1)); out = LN(x + h2 + FFN(h2))
+    language model (``transformer_lm_b2t``, Sec. 6.3): as the encoder, with causal self-attention
 
 in every layer, the last one included, and no extra LayerNorm on top of the stack.
 Incremental decoding needs nothing extra: the connection stays within a position.
@@ -27,6 +28,7 @@ from torch import Tensor
 
 from fairseq_layernorm_plugins.methods import register_method
 from fairseq_layernorm_plugins.models.base import PluginTransformerModel, register_arch_family
+from fairseq_layernorm_plugins.models.base_lm import PluginTransformerLanguageModel, register_lm_arch_family
 from fairseq_layernorm_plugins.modules import (
     PluginDecoderLayer,
     PluginEncoderLayer,
@@ -87,16 +89,11 @@ class B2TDecoderLayer(B2TLayerMixin, PluginDecoderLayer):
     """B2T's decoder layer: the layer input is added at the FFN's residual."""
 
 
-@register_model("transformer_b2t")
-class TransformerB2TModel(PluginTransformerModel):
-    """Post-LN encoder-decoder Transformer with the bottom-to-top connection."""
-
-    encoder_layer_cls = B2TEncoderLayer
-    decoder_layer_cls = B2TDecoderLayer
+class B2TModel:
+    """What B2T adds to a model of any kind: its options."""
 
     @staticmethod
-    def add_args(parser):
-        PluginTransformerModel.add_args(parser)
+    def add_method_args(parser):
         parser.add_argument(
             "--b2t-no-layer-norm",
             action="store_true",
@@ -109,6 +106,21 @@ class TransformerB2TModel(PluginTransformerModel):
         )
 
 
+@register_model("transformer_b2t")
+class TransformerB2TModel(B2TModel, PluginTransformerModel):
+    """Post-LN encoder-decoder Transformer with the bottom-to-top connection."""
+
+    encoder_layer_cls = B2TEncoderLayer
+    decoder_layer_cls = B2TDecoderLayer
+
+
+@register_model("transformer_lm_b2t")
+class TransformerB2TLanguageModel(B2TModel, PluginTransformerLanguageModel):
+    """Post-LN decoder-only language model with the bottom-to-top connection (B2T Sec. 6.3)."""
+
+    decoder_layer_cls = B2TDecoderLayer
+
+
 def b2t_defaults(args):
     """B2T connection (Takase et al. 2023): Post-LN plus the bottom-to-top residual."""
     # the authors' fork (takase/b2t_connection) builds fc1/fc2 as plain nn.Linear and keeps the
@@ -119,4 +131,5 @@ def b2t_defaults(args):
 
 
 ARCHS = register_arch_family("transformer_b2t", b2t_defaults, normalize_before=False)
-METHOD = register_method("b2t", "transformer_b2t", "B2T", "Takase et al. 2023", order=4)
+LM_ARCHS = register_lm_arch_family("transformer_lm_b2t", b2t_defaults, normalize_before=False)
+METHOD = register_method("b2t", "transformer_b2t", "B2T", "Takase et al. 2023", order=4, lm_model="transformer_lm_b2t")

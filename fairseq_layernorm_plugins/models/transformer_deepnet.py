@@ -6,6 +6,9 @@ torchscale the same):
 
     encoder: alpha = 0.81 (N^4 M)^(1/16)        decoder: alpha = (3M)^(1/4)
 
+and a decoder-only language model of M layers (``transformer_lm_deepnet``; Table 1's
+decoder-only row, torchscale's decoder without an encoder): alpha = (2M)^(1/4), beta = (8M)^(-1/4).
+
 The initialisation exists in two versions by its authors, ``--deepnet-init``:
 
 * ``paper`` (default; the paper's pseudo-code, Fig. 2): ``xavier_normal_`` with gain beta
@@ -32,6 +35,7 @@ from fairseq.models import register_model
 
 from fairseq_layernorm_plugins.methods import register_method
 from fairseq_layernorm_plugins.models.base import PluginTransformerModel, register_arch_family
+from fairseq_layernorm_plugins.models.base_lm import PluginTransformerLanguageModel, register_lm_arch_family
 from fairseq_layernorm_plugins.modules import PluginDecoderLayer, PluginEncoderLayer, attentions
 
 DEEPNET_INITS = ("paper", "torchscale")
@@ -48,6 +52,12 @@ def deepnet_decoder_constants(num_decoder_layers):
     return (3 * num_decoder_layers) ** 0.25, (12 * num_decoder_layers) ** -0.25
 
 
+def deepnet_lm_constants(num_layers):
+    """(alpha, beta) of a decoder-only model: (2M)^(1/4), (8M)^(-1/4) (Wang et al. 2022, Table 1;
+    torchscale architecture/decoder.py without an encoder)."""
+    return (2 * num_layers) ** 0.25, (8 * num_layers) ** -0.25
+
+
 def torchscale_encoder_divisor(num_encoder_layers, num_decoder_layers):
     """(N^4 M)^(1/16) / 1.15: what torchscale divides the encoder's fc1/fc2/v/out by (architecture/encoder.py)."""
     return (num_encoder_layers**4 * num_decoder_layers) ** 0.0625 / 1.15
@@ -56,6 +66,11 @@ def torchscale_encoder_divisor(num_encoder_layers, num_decoder_layers):
 def torchscale_decoder_divisor(num_decoder_layers):
     """(12M)^(1/4): what torchscale divides the decoder's fc1/fc2/v/out by (architecture/decoder.py)."""
     return (12 * num_decoder_layers) ** 0.25
+
+
+def torchscale_lm_divisor(num_layers):
+    """(8M)^(1/4): what torchscale divides a decoder-only model's fc1/fc2/v/out by (architecture/decoder.py)."""
+    return (8 * num_layers) ** 0.25
 
 
 def trained_depth(cfg):
@@ -75,8 +90,10 @@ class DeepNormLayerMixin:
         n, m = trained_depth(cfg)
         if stack.kind == "encoder":
             (alpha, beta), divisor = deepnet_encoder_constants(n, m), torchscale_encoder_divisor(n, m)
-        else:
+        elif stack.kind == "decoder":
             (alpha, beta), divisor = deepnet_decoder_constants(m), torchscale_decoder_divisor(m)
+        else:
+            (alpha, beta), divisor = deepnet_lm_constants(m), torchscale_lm_divisor(m)
         self.alpha = alpha
         style = getattr(cfg, "deepnet_init", None) or "paper"
         if style not in DEEPNET_INITS:
@@ -107,16 +124,11 @@ class DeepNetDecoderLayer(DeepNormLayerMixin, PluginDecoderLayer):
     """DeepNet's decoder layer: alpha = (3M)^(1/4)."""
 
 
-@register_model("transformer_deepnet")
-class TransformerDeepNetModel(PluginTransformerModel):
-    """Post-LN encoder-decoder Transformer with DeepNorm."""
-
-    encoder_layer_cls = DeepNetEncoderLayer
-    decoder_layer_cls = DeepNetDecoderLayer
+class DeepNetModel:
+    """What DeepNet adds to a model of any kind: its option, the depth it was built for."""
 
     @staticmethod
-    def add_args(parser):
-        PluginTransformerModel.add_args(parser)
+    def add_method_args(parser):
         parser.add_argument(
             "--deepnet-init",
             choices=DEEPNET_INITS,
@@ -129,7 +141,22 @@ class TransformerDeepNetModel(PluginTransformerModel):
     def method_args(cls, args):
         # fairseq sets encoder_layers to the number of --encoder-layers-to-keep before the
         # layers are built; alpha stays the one the trained layers were trained with
-        args.deepnet_depth = (args.encoder_layers, args.decoder_layers)
+        args.deepnet_depth = (getattr(args, "encoder_layers", 0), args.decoder_layers)  # a language model: (0, M)
+
+
+@register_model("transformer_deepnet")
+class TransformerDeepNetModel(DeepNetModel, PluginTransformerModel):
+    """Post-LN encoder-decoder Transformer with DeepNorm."""
+
+    encoder_layer_cls = DeepNetEncoderLayer
+    decoder_layer_cls = DeepNetDecoderLayer
+
+
+@register_model("transformer_lm_deepnet")
+class TransformerDeepNetLanguageModel(DeepNetModel, PluginTransformerLanguageModel):
+    """Post-LN decoder-only language model with DeepNorm."""
+
+    decoder_layer_cls = DeepNetDecoderLayer
 
 
 def deepnet_defaults(args):
@@ -138,4 +165,7 @@ def deepnet_defaults(args):
 
 
 ARCHS = register_arch_family("transformer_deepnet", deepnet_defaults, normalize_before=False)
-METHOD = register_method("deepnet", "transformer_deepnet", "DeepNet", "Wang et al. 2022", order=5)
+LM_ARCHS = register_lm_arch_family("transformer_lm_deepnet", deepnet_defaults, normalize_before=False)
+METHOD = register_method(
+    "deepnet", "transformer_deepnet", "DeepNet", "Wang et al. 2022", order=5, lm_model="transformer_lm_deepnet"
+)

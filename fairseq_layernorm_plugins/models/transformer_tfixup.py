@@ -18,6 +18,12 @@ after this initialisation (paper Sec. 3.3, as in the authors' fairseq code):
   (fairseq 0.8's ``in_proj_bias``). T-Fixup builds fc1/fc2 itself and sets these biases, so
   ``--init-style`` changes nothing here.
 
+Decoder-only language models (``transformer_lm_tfixup``): the authors published no form
+(T-Fixup issue #6 asks and stays unanswered). Here v/out/fc1/fc2 and the input embedding
+(every table of an adaptive input) are scaled by (6 M)^-1/4: the paper's rule that each of
+L residual blocks contributes Theta(1/L), giving (3L)^-1/4 (their decoder: L = 3N), with the
+L = 2M blocks of an M-layer decoder-only stack (docs/fidelity.md).
+
 The authors' decoder still created an (unused) encoder-attention LayerNorm; none is
 left here, so DDP's unused-parameter check passes.
 """
@@ -26,9 +32,11 @@ import torch
 from fairseq.models import register_model
 from fairseq.models.transformer.transformer_decoder import Linear as XavierLinear
 from fairseq.modules.quant_noise import quant_noise
+from torch import nn
 
 from fairseq_layernorm_plugins.methods import register_method
 from fairseq_layernorm_plugins.models.base import PluginTransformerModel, register_arch_family
+from fairseq_layernorm_plugins.models.base_lm import PluginTransformerLanguageModel, register_lm_arch_family
 from fairseq_layernorm_plugins.modules import PluginDecoderLayer, PluginEncoderLayer, attentions, remove_layer_norms
 
 
@@ -43,6 +51,13 @@ def tfixup_encoder_scale(num_encoder_layers):
 
 
 TFIXUP_QKV_BIASES = ("fork", "zero")
+
+
+def tfixup_lm_scale(num_layers):
+    """(6 M)^-1/4: v/w, MLP weights and input embedding of a decoder-only model of M layers. No
+    form by the authors; Huang et al. 2020's Sec. 3.3 rule, (3L)^-1/4 for L residual blocks
+    (their decoder: L = 3N, (9N)^-1/4), with a decoder-only stack's L = 2M blocks."""
+    return (6 * num_layers) ** -0.25
 
 
 def linear_default_bias_(bias, fan_in):
@@ -68,10 +83,9 @@ class TFixupLayerMixin:
 
     def method_init_(self, cfg, stack):
         super().method_init_(cfg, stack)
-        if stack.kind == "encoder":
-            scale = tfixup_encoder_scale(stack.num_layers)
-        else:
-            scale = tfixup_decoder_scale(stack.num_layers)
+        scale = {"encoder": tfixup_encoder_scale, "decoder": tfixup_decoder_scale, "lm": tfixup_lm_scale}[stack.kind](
+            stack.num_layers
+        )
         remove_layer_norms(self)
         qkv_bias = getattr(cfg, "tfixup_qkv_bias", None) or "fork"
         if qkv_bias not in TFIXUP_QKV_BIASES:
@@ -97,12 +111,13 @@ class TFixupLayerMixin:
         super().init_stack_(stack_module, cfg, stack)
         if stack.kind == "decoder" and cfg.share_all_embeddings:
             return  # one matrix for both stacks: scaled once, by the encoder factor
-        if stack.kind == "encoder":
-            scale = tfixup_encoder_embedding_scale(stack.num_layers)
-        else:
-            scale = tfixup_decoder_scale(stack.num_layers)
+        scale = {"encoder": tfixup_encoder_embedding_scale, "decoder": tfixup_decoder_scale, "lm": tfixup_lm_scale}[
+            stack.kind
+        ](stack.num_layers)
         with torch.no_grad():
-            stack_module.embed_tokens.weight.mul_(scale)
+            for table in stack_module.embed_tokens.modules():  # one, or adaptive input's one per band
+                if isinstance(table, nn.Embedding):
+                    table.weight.mul_(scale)
 
 
 class TFixupEncoderLayer(TFixupLayerMixin, PluginEncoderLayer):
@@ -113,25 +128,36 @@ class TFixupDecoderLayer(TFixupLayerMixin, PluginDecoderLayer):
     """T-Fixup's decoder layer: no LayerNorm, v/out/fc1/fc2 x (9 N_d)^-1/4."""
 
 
-@register_model("transformer_tfixup")
-class TransformerTFixupModel(PluginTransformerModel):
-    """LayerNorm-free encoder-decoder Transformer with T-Fixup initialisation."""
+class TFixupModel:
+    """What T-Fixup adds to a model of any kind: its option, no LayerNorm anywhere."""
 
-    encoder_layer_cls = TFixupEncoderLayer
-    decoder_layer_cls = TFixupDecoderLayer
     incompatible_flags = dict.fromkeys(
         ("encoder_normalize_before", "decoder_normalize_before", "layernorm_embedding"), "T-Fixup has no LayerNorm"
     )
 
     @staticmethod
-    def add_args(parser):
-        PluginTransformerModel.add_args(parser)
+    def add_method_args(parser):
         parser.add_argument(
             "--tfixup-qkv-bias",
             choices=TFIXUP_QKV_BIASES,
             help="fork: the attention's q/k/v biases at nn.Linear's default U(+-1/sqrt(fan_in)), as the "
             "authors' fork (fairseq 0.9) leaves them (default); zero: fairseq 0.8's zero in_proj_bias",
         )
+
+
+@register_model("transformer_tfixup")
+class TransformerTFixupModel(TFixupModel, PluginTransformerModel):
+    """LayerNorm-free encoder-decoder Transformer with T-Fixup initialisation."""
+
+    encoder_layer_cls = TFixupEncoderLayer
+    decoder_layer_cls = TFixupDecoderLayer
+
+
+@register_model("transformer_lm_tfixup")
+class TransformerTFixupLanguageModel(TFixupModel, PluginTransformerLanguageModel):
+    """LayerNorm-free decoder-only language model with T-Fixup initialisation."""
+
+    decoder_layer_cls = TFixupDecoderLayer
 
 
 def tfixup_defaults(args):
@@ -141,4 +167,7 @@ def tfixup_defaults(args):
 
 
 ARCHS = register_arch_family("transformer_tfixup", tfixup_defaults, normalize_before=False)
-METHOD = register_method("tfixup", "transformer_tfixup", "T-Fixup", "Huang et al. 2020", order=3)
+LM_ARCHS = register_lm_arch_family("transformer_lm_tfixup", tfixup_defaults, normalize_before=False)
+METHOD = register_method(
+    "tfixup", "transformer_tfixup", "T-Fixup", "Huang et al. 2020", order=3, lm_model="transformer_lm_tfixup"
+)

@@ -9,7 +9,7 @@ argument, or a class attribute of a subclass) instead, tell each layer its
 """
 
 from fairseq.distributed import fsdp_wrap
-from fairseq.models.transformer import TransformerDecoderBase, TransformerEncoderBase
+from fairseq.models.transformer import TransformerConfig, TransformerDecoderBase, TransformerEncoderBase
 from fairseq.models.transformer.transformer_decoder import module_name_fordropout as decoder_dropout_name
 from fairseq.models.transformer.transformer_encoder import module_name_fordropout as encoder_dropout_name
 from fairseq.modules import FairseqDropout
@@ -87,3 +87,18 @@ class PluginTransformerDecoder(TransformerDecoderBase):
         layer = self.layer_cls(cfg, no_encoder_attn=no_encoder_attn, stack=Stack.of(cfg, self.stack_kind))
         name_dropout_modules(layer, TransformerDecoderLayerBase.__name__, type(layer).__name__)
         return wrap_layer(layer, cfg)
+
+
+class PluginLanguageModelDecoder(PluginTransformerDecoder):
+    """The decoder of a decoder-only language model (``stack_kind`` ``lm``: no encoder
+    attention), built from fairseq's language-model args as its ``TransformerDecoder`` is
+    (``TransformerConfig.from_namespace``: adaptive input and softmax, tied weights).
+
+    Input ``src_tokens`` (B, T); output logits (B, T, V)."""
+
+    stack_kind = "lm"
+
+    def __init__(self, args, dictionary, embed_tokens, no_encoder_attn=True, output_projection=None, layer_cls=None):
+        self.args = args
+        cfg = TransformerConfig.from_namespace(args)
+        super().__init__(cfg, dictionary, embed_tokens, no_encoder_attn, output_projection, layer_cls=layer_cls)

@@ -1,0 +1,76 @@
+"""A method's architectures: its defaults (:class:`ArchFamily`) registered at every size of a
+model kind (fairseq's translation sizes in ``base.py``, its language-model sizes in
+``base_lm.py``), each architecture function chaining to fairseq's own for that size."""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from fairseq.models import MODEL_REGISTRY, register_model_architecture
+
+NORM_PLACEMENT = ("encoder_normalize_before", "decoder_normalize_before")
+POST_LN_ONLY = dict.fromkeys(NORM_PLACEMENT, "the method is Post-LN")
+
+
+@dataclass(frozen=True)
+class ArchFamily:
+    """A method's architecture defaults: ``defaults(args)`` sets its own options (written as
+    ``args.x = getattr(args, "x", default)``, so command-line flags win); ``normalize_before``
+    is where its LayerNorms sit, stated once: False for the Post-LN family (``--encoder/decoder-
+    normalize-before`` then refused), True for Pre-LN, None to leave fairseq's default."""
+
+    defaults: Callable
+    normalize_before: bool | None = None
+
+    def __call__(self, args):
+        """The method's settings, in place (what its architectures set beyond fairseq's)."""
+        if self.normalize_before is not None:
+            for name in NORM_PLACEMENT:
+                setattr(args, name, getattr(args, name, self.normalize_before))
+        self.defaults(args)
+
+    @property
+    def __doc__(self):
+        return self.defaults.__doc__
+
+
+def plugin_architecture(args, family, size_defaults):
+    """What every plugin architecture sets, in place: the method's own defaults, then the
+    plugin's options, then fairseq's defaults for the size; the LayerNorm placement is the
+    family's (or the user's) even where fairseq's size function forces its own (every
+    ``transformer_lm_*`` sets ``decoder_normalize_before = True``)."""
+    given = {name: getattr(args, name) for name in NORM_PLACEMENT if hasattr(args, name)}
+    family(args)  # first: a method may set its authors' own init_style
+    args.init_style = getattr(args, "init_style", "paper")
+    args.fused_attention = getattr(args, "fused_attention", False)
+    size_defaults(args)
+    if family.normalize_before is not None:
+        for name in NORM_PLACEMENT:
+            setattr(args, name, given.get(name, family.normalize_before))
+
+
+def registered_name(model_cls, families):
+    """The name ``model_cls`` (or its nearest base class) is registered under in ``families``
+    ({model name: ArchFamily}), or None."""
+    for klass in model_cls.__mro__:
+        for name in families:
+            if MODEL_REGISTRY.get(name) is klass:
+                return name
+    return None
+
+
+def register_family(families, sizes, model_name, method_defaults, normalize_before=None):
+    """Register ``model_name`` + each suffix of ``sizes`` ({suffix: fairseq's size function})
+    as architectures of the method's :class:`ArchFamily`, kept in ``families``. Returns
+    ``{arch_name: arch_function}``."""
+    family = families[model_name] = ArchFamily(method_defaults, normalize_before)
+    registered = {}
+    for suffix, size_defaults in sizes.items():
+        arch_name = model_name + suffix
+
+        def arch(args, size_defaults=size_defaults):
+            plugin_architecture(args, family, size_defaults)
+
+        arch.__name__ = arch.__qualname__ = arch_name
+        arch.__doc__ = f"{family.__doc__ or model_name} Sizes: {size_defaults.__name__}."
+        registered[arch_name] = register_model_architecture(model_name, arch_name)(arch)
+    return registered
