@@ -39,10 +39,12 @@ class Method:
     @property
     def colour(self):
         """Its matplotlib colour, the same in every plot: its place in table order."""
-        return f"C{method_names().index(self.name) % 10}"
+        return COLOURS[method_names().index(self.name) % len(COLOURS)]
 
 
 METHODS = {}  # name -> Method
+# matplotlib's ten default colours, then six more that stand apart from them
+COLOURS = tuple(f"C{i}" for i in range(10)) + ("black", "darkgoldenrod", "teal", "navy", "magenta", "lime")
 
 
 def register_method(name, model, label, paper, order=100, lm_model=None):

@@ -55,10 +55,11 @@ def test_size_variants_chain_to_fairseq_archs(tiny_data_bin, model, suffix):
     differ = {k for k in ours.keys() | theirs.keys() if ours.get(k) != theirs.get(k)}
     method_settings = argparse.Namespace()
     ARCH_FAMILIES[model](method_settings)
-    expected = {"arch", "_name", "init_style", "fused_attention"} | set(vars(method_settings))
+    expected = {"arch", "_name", "init_style", "fused_attention", "norm_type"} | set(vars(method_settings))
     # every plugin arch starts as its authors' models did (B2T's fork: fairseq 0.12's nn.Linear FFN)
     assert ours["init_style"] == ("fairseq" if model == "transformer_b2t" else "paper")
     assert ours["fused_attention"] is False  # fairseq's own attention path unless asked for
+    assert ours["norm_type"] == "layernorm"
     if suffix == "_wmt_en_de_deep":
         expected |= {"encoder_layers", "decoder_layers"}
         assert (ours["encoder_layers"], ours["decoder_layers"]) == (18, 18)

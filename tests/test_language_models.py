@@ -64,10 +64,13 @@ def test_every_method_registers_a_language_model_of_every_size():
 @pytest.mark.parametrize("family", LM_FAMILIES)
 def test_where_the_layer_norms_sit(lm_data_bin, family):
     """Every size keeps the method's placement, though fairseq's own ``transformer_lm_*`` force
-    Pre-LN: the Post-LN family normalises after each residual and has no LayerNorm before the
-    output; Pre-LN normalises first and ends with its final LayerNorm (fairseq's wiki103 size
-    drops it); T-Fixup has none."""
-    post_ln = family != "transformer_lm_preln"
+    Pre-LN: the Post-LN family normalises after each residual and has no normalisation before
+    the output; the Pre-LN family normalises first and ends with its final one (fairseq's
+    wiki103 size drops it); T-Fixup and ReZero have none at all."""
+    from fairseq_layernorm_plugins.models.base_lm import LM_FAMILIES as FAMILIES
+    from fairseq_layernorm_plugins.modules.norms import DynamicTanh
+
+    post_ln = FAMILIES[family].normalize_before is False
     for size in ("", "_wiki103", "_gpt2_small"):
         args = parse(lm_data_bin, family + size, "--task", "language_modeling")
         assert args.decoder_normalize_before is not post_ln, size
@@ -77,8 +80,9 @@ def test_where_the_layer_norms_sit(lm_data_bin, family):
     model, _, _ = build_lm(lm_data_bin, family)
     layer = model.decoder.layers[0]
     assert layer.encoder_attn is None and (model.decoder.layer_norm is None) is post_ln
-    has_norms = family != "transformer_lm_tfixup"
-    assert any(isinstance(m, torch.nn.LayerNorm) for m in model.decoder.layers.modules()) is has_norms
+    norms = (torch.nn.LayerNorm, DynamicTanh)
+    has_norms = family not in ("transformer_lm_tfixup", "transformer_lm_rezero")
+    assert any(isinstance(m, norms) for m in model.decoder.layers.modules()) is has_norms
 
 
 def test_post_ln_flags_are_refused(lm_data_bin):

@@ -9,13 +9,16 @@ from conftest import REPO, plugin_archs
 
 from fairseq_layernorm_plugins.methods import METHODS, method_names
 
+SEEDS = ["postln", "preln", "admin", "tfixup", "b2t", "deepnet"]
+SEEDS_AFTER = ["periln", "mixln", "lns", "rezero", "dyt"]  # the newer methods, after the seeds
+
 
 def test_every_plugin_model_is_a_method_in_table_order():
     assert {m.model for m in METHODS.values()} == set(plugin_archs().values())
     assert {m.lm_model for m in METHODS.values()} == set(plugin_archs("lm").values())
-    assert method_names() == ["postln", "preln", "admin", "tfixup", "b2t", "deepnet"]
+    assert method_names() == SEEDS + SEEDS_AFTER
     assert len({m.colour for m in METHODS.values()}) == len(METHODS)
-    assert method_names("multi30k") == method_names()  # the main job runs every method
+    assert method_names("multi30k") == SEEDS  # the main job runs the four papers' methods and their baselines
     assert METHODS["admin"].arch("_iwslt_de_en") == "transformer_admin_iwslt_de_en"
 
 
@@ -70,7 +73,7 @@ def test_a_toy_method_is_one_module_and_its_recipes(tmp_path):
         cwd=tmp_path,
     ).stdout
     lines = dict(line.split(" ", 1) for line in out.splitlines())
-    assert lines["names"] == str(["postln", "preln", "admin", "tfixup", "toy", "b2t", "deepnet"])
+    assert lines["names"] == str(["postln", "preln", "admin", "tfixup", "toy", "b2t", "deepnet", *SEEDS_AFTER])
     assert lines["setting"] == str(["postln", "toy"])
     assert lines["colour"] == "C4 Toy"
     assert "'transformer_toy_iwslt_de_en'" in lines["diagnose"] and "'transformer_toy'" in lines["throughput"]

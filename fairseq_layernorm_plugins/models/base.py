@@ -30,6 +30,7 @@ from fairseq_layernorm_plugins.modules import (
     PluginTransformerDecoder,
     PluginTransformerEncoder,
 )
+from fairseq_layernorm_plugins.modules.norms import NORM_TYPES
 from fairseq_layernorm_plugins.modules.word_dropout import add_word_dropout_args, install_word_dropout
 
 __all__ = [
@@ -61,6 +62,12 @@ class PluginModelMixin:
             "Xavier-uniform with zero bias, attention q/k/v biases zero); fairseq: fairseq 0.12's, as its "
             "stock transformer (nn.Linear defaults), which the B2T authors' fork also builds. Default: the "
             "method's authors' own (fairseq for transformer_b2t, paper for the others)",
+        )
+        parser.add_argument(
+            "--norm-type",
+            choices=NORM_TYPES,
+            help="layernorm (default): fairseq's LayerNorm; rmsnorm: torch's RMSNorm (Zhang and Sennrich 2019) "
+            "in its place, in every layer and stack of a method that has normalisation layers",
         )
         parser.add_argument(
             "--fused-attention",

@@ -42,6 +42,7 @@ def plugin_architecture(args, family, size_defaults):
     family(args)  # first: a method may set its authors' own init_style
     args.init_style = getattr(args, "init_style", "paper")
     args.fused_attention = getattr(args, "fused_attention", False)
+    args.norm_type = getattr(args, "norm_type", "layernorm")
     size_defaults(args)
     if family.normalize_before is not None:
         for name in NORM_PLACEMENT:

@@ -3,7 +3,8 @@
 :class:`PluginEncoderLayer` / :class:`PluginDecoderLayer` are fairseq's
 ``TransformerEncoderLayerBase`` / ``TransformerDecoderLayerBase`` (same forward, same
 ``residual_connection`` / ``build_fc1`` / ``build_self_attention`` hooks) that, once fairseq
-has built them, apply ``--init-style`` (``modules/init.py``) and then call
+has built them, apply ``--init-style`` (``modules/init.py``) and ``--norm-type``
+(``modules/norms.py``) and then call
 
 * ``method_init_(cfg, stack)``: the method's own per-layer set-up, given the :class:`Stack`
   the layer belongs to (which kind, how many layers, its width). A method overrides it in a
@@ -24,6 +25,7 @@ from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, Trans
 
 from fairseq_layernorm_plugins.modules.attention import FusedAttentionMixin
 from fairseq_layernorm_plugins.modules.init import init_style_
+from fairseq_layernorm_plugins.modules.norms import LAYER_NORM_NAMES, norm_type_
 
 STACK_KINDS = ("encoder", "decoder", "lm")
 
@@ -66,6 +68,7 @@ class PluginEncoderLayer(MethodHooks, TransformerEncoderLayerBase):
     def __init__(self, cfg, return_fc=False, stack=None):
         super().__init__(cfg, return_fc=return_fc)
         init_style_(self, cfg)
+        norm_type_(self, cfg, LAYER_NORM_NAMES)
         self.method_init_(cfg, stack or Stack.of(cfg, "encoder"))
 
 
@@ -78,4 +81,5 @@ class PluginDecoderLayer(MethodHooks, FusedAttentionMixin, TransformerDecoderLay
     def __init__(self, cfg, no_encoder_attn=False, add_bias_kv=False, add_zero_attn=False, stack=None):
         super().__init__(cfg, no_encoder_attn, add_bias_kv, add_zero_attn)
         init_style_(self, cfg)
+        norm_type_(self, cfg, LAYER_NORM_NAMES)
         self.method_init_(cfg, stack or Stack.of(cfg, "decoder"))

@@ -17,6 +17,7 @@ from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 
 from fairseq_layernorm_plugins.modules.layers import PluginDecoderLayer, PluginEncoderLayer, Stack
+from fairseq_layernorm_plugins.modules.norms import STACK_NORM_NAMES, norm_type_
 
 
 def stack_layers(stack):
@@ -58,6 +59,7 @@ class PluginTransformerEncoder(TransformerEncoderBase):
             self.layer_cls = layer_cls  # set before fairseq's __init__, which builds the layers
         super().__init__(cfg, dictionary, embed_tokens, return_fc=return_fc)
         self.dropout_module.module_name = encoder_dropout_name(TransformerEncoderBase.__name__)  # as stock fairseq
+        norm_type_(self, cfg, STACK_NORM_NAMES)
         self.layer_cls.init_stack_(self, cfg, Stack.of(cfg, "encoder"))
 
     def build_encoder_layer(self, cfg):
@@ -81,6 +83,7 @@ class PluginTransformerDecoder(TransformerDecoderBase):
             self.layer_cls = layer_cls  # set before fairseq's __init__, which builds the layers
         super().__init__(cfg, dictionary, embed_tokens, no_encoder_attn, output_projection)
         self.dropout_module.module_name = decoder_dropout_name(TransformerDecoderBase.__name__)  # as stock fairseq
+        norm_type_(self, cfg, STACK_NORM_NAMES)
         self.layer_cls.init_stack_(self, cfg, Stack.of(cfg, self.stack_kind))
 
     def build_decoder_layer(self, cfg, no_encoder_attn=False):

@@ -1,0 +1,91 @@
+"""Mix-LN (Li et al. 2024, "Mix-LN: Unleashing the Power of Deeper Layers by Combining
+Pre-LN and Post-LN"): the first k layers of a stack Post-LN, the layers above Pre-LN,
+
+    layer l < k:   x_i = LN(x_{i-1} + f_i(x_{i-1}))          (Post-LN)
+    layer l >= k:  x_i = x_{i-1} + f_i(LN(x_{i-1}))          (Pre-LN)
+
+with Pre-LN's final LayerNorm on top of the stack and nothing between the two parts (the
+authors' code, pixeli99/MixLN). ``--mixln-post-layers k``: default floor(0.25 L) per stack of
+L layers, the authors' ratio (3 of 12 layers, 6 of 24); 0 is Pre-LN, L Post-LN with a final norm.
+"""
+
+import math
+
+from fairseq.models import register_model
+
+from fairseq_layernorm_plugins.methods import register_method
+from fairseq_layernorm_plugins.models.base import PluginTransformerModel, register_arch_family
+from fairseq_layernorm_plugins.models.base_lm import PluginTransformerLanguageModel, register_lm_arch_family
+from fairseq_layernorm_plugins.modules import PluginDecoderLayer, PluginEncoderLayer, stack_layers
+
+MIXLN_POST_RATIO = 0.25  # Li et al. 2024: alpha = 0.25 (the authors' scripts: 3 of 12, 6 of 24 layers)
+
+
+def mixln_post_layers(num_layers, given=None):
+    """The Post-LN layers at the bottom of a stack of ``num_layers``: ``given``, else floor(0.25 L)."""
+    k = math.floor(MIXLN_POST_RATIO * num_layers) if given is None else given
+    if not 0 <= k <= num_layers:
+        raise ValueError(f"--mixln-post-layers must be between 0 and {num_layers}, not {k}")
+    return k
+
+
+class MixLNLayerMixin:
+    """Each layer's placement is set per stack, once its index is known (``init_stack_``)."""
+
+    @classmethod
+    def init_stack_(cls, stack_module, cfg, stack):
+        super().init_stack_(stack_module, cfg, stack)
+        k = mixln_post_layers(stack.num_layers, getattr(cfg, "mixln_post_layers", None))
+        for index, layer in enumerate(stack_layers(stack_module)):
+            layer.normalize_before = index >= k  # Li et al. 2024: Post-LN below layer k, Pre-LN above
+
+
+class MixLNEncoderLayer(MixLNLayerMixin, PluginEncoderLayer):
+    """Mix-LN's encoder layer (Post-LN or Pre-LN by its place in the stack)."""
+
+
+class MixLNDecoderLayer(MixLNLayerMixin, PluginDecoderLayer):
+    """Mix-LN's decoder layer (Post-LN or Pre-LN by its place in the stack)."""
+
+
+class MixLNModel:
+    """What Mix-LN adds to a model of any kind: its option."""
+
+    incompatible_flags = {"no_decoder_final_norm": "Mix-LN keeps Pre-LN's final LayerNorm"}
+
+    @staticmethod
+    def add_method_args(parser):
+        parser.add_argument(
+            "--mixln-post-layers",
+            type=int,
+            metavar="K",
+            help="Post-LN layers at the bottom of each stack (default: floor(0.25 L), Li et al. 2024)",
+        )
+
+
+@register_model("transformer_mixln")
+class TransformerMixLNModel(MixLNModel, PluginTransformerModel):
+    """Mix-LN encoder-decoder Transformer."""
+
+    encoder_layer_cls = MixLNEncoderLayer
+    decoder_layer_cls = MixLNDecoderLayer
+
+
+@register_model("transformer_lm_mixln")
+class TransformerMixLNLanguageModel(MixLNModel, PluginTransformerLanguageModel):
+    """Mix-LN decoder-only language model."""
+
+    decoder_layer_cls = MixLNDecoderLayer
+
+
+def mixln_defaults(args):
+    """Mix-LN (Li et al. 2024): Post-LN in the first floor(0.25 L) layers, Pre-LN above."""
+    args.no_decoder_final_norm = getattr(args, "no_decoder_final_norm", False)
+    args.mixln_post_layers = getattr(args, "mixln_post_layers", None)
+
+
+ARCHS = register_arch_family("transformer_mixln", mixln_defaults, normalize_before=True)
+LM_ARCHS = register_lm_arch_family("transformer_lm_mixln", mixln_defaults, normalize_before=True)
+METHOD = register_method(
+    "mixln", "transformer_mixln", "Mix-LN", "Li et al. 2024", order=7, lm_model="transformer_lm_mixln"
+)

@@ -1,0 +1,127 @@
+"""The newer placements, each layer's forward pass re-computed here from its own parameters:
+Peri-LN, Mix-LN, LayerNorm Scaling, ReZero, DyT, and ``--norm-type rmsnorm``. Every
+normalisation layer gets its own parameters first (``hand_set_layer_norms`` and below), so
+using the wrong one, or none, shows."""
+
+import math
+
+import pytest
+import torch
+from conftest import TINY_MODEL, build, ffn, hand_set_layer_norms
+
+from fairseq_layernorm_plugins.modules.norms import DynamicTanh
+
+DEEP = ["--encoder-layers", "8", "--decoder-layers", "4"]
+
+
+def built(data_bin, arch, *flags):
+    model, _, _ = build(data_bin, arch, *TINY_MODEL, *flags)
+    gen = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for module in model.modules():  # RMSNorm and DyT too: gamma around 1, beta around 0
+            if isinstance(module, torch.nn.RMSNorm | DynamicTanh):
+                module.weight.copy_(1 + 0.5 * torch.randn(module.weight.shape, generator=gen))
+            if isinstance(module, DynamicTanh):
+                module.bias.copy_(0.5 * torch.randn(module.bias.shape, generator=gen))
+    return hand_set_layer_norms(model).eval()
+
+
+def attn(layer, h, pad):
+    return layer.self_attn(h, h, h, key_padding_mask=pad, need_weights=False)[0]
+
+
+@pytest.fixture
+def inputs():
+    pad = torch.zeros(3, 5, dtype=torch.bool)
+    pad[0, -2:] = True
+    return torch.randn(5, 3, 32), pad  # (S, B, C), (B, S)
+
+
+def test_peri_ln_normalises_each_branch_in_and_out(tiny_data_bin, inputs):
+    """x1 = x + LN_o1(Attn(LN_i1(x))); out = x1 + LN_o2(FFN(LN_i2(x1))); Pre-LN's final LayerNorm."""
+    model = built(tiny_data_bin, "transformer_periln")
+    layer, (x, pad) = model.encoder.layers[0], inputs
+    x1 = x + layer.self_attn_out_norm(attn(layer, layer.self_attn_layer_norm(x), pad))
+    expected = x1 + layer.ffn_out_norm(ffn(layer, layer.final_layer_norm(x1)))
+    torch.testing.assert_close(layer(x, pad), expected)
+    assert model.encoder.layer_norm is not None and model.decoder.layer_norm is not None
+    assert isinstance(model.decoder.layers[0].encoder_attn_out_norm, torch.nn.LayerNorm)
+    assert isinstance(layer.encoder_attn_out_norm, torch.nn.Identity)  # no parameters in the encoder
+
+
+@pytest.mark.parametrize(("flags", "post"), [((), (2, 1)), (("--mixln-post-layers", "3"), (3, 3))])
+def test_mix_ln_is_post_ln_below_and_pre_ln_above(tiny_data_bin, inputs, flags, post):
+    """floor(0.25 L) Post-LN layers by default (8 -> 2 encoder, 4 -> 1 decoder layers), then Pre-LN."""
+    model = built(tiny_data_bin, "transformer_mixln", *DEEP, *flags)
+    for stack, k in zip((model.encoder, model.decoder), post):
+        assert [layer.normalize_before for layer in stack.layers] == [i >= k for i in range(len(stack.layers))]
+    x, pad = inputs
+    below, above = model.encoder.layers[0], model.encoder.layers[-1]
+    h = below.self_attn_layer_norm(x + attn(below, x, pad))
+    torch.testing.assert_close(below(x, pad), below.final_layer_norm(h + ffn(below, h)))
+    x1 = x + attn(above, above.self_attn_layer_norm(x), pad)
+    torch.testing.assert_close(above(x, pad), x1 + ffn(above, above.final_layer_norm(x1)))
+    assert model.encoder.layer_norm is not None
+
+
+def test_mix_ln_refuses_more_post_layers_than_the_stack_has(tiny_data_bin):
+    with pytest.raises(ValueError, match="between 0 and 2"):
+        build(tiny_data_bin, "transformer_mixln", *TINY_MODEL, "--mixln-post-layers", "3")
+
+
+@pytest.mark.parametrize("index", [0, 3])
+def test_layer_norm_scaling_divides_layer_ls_norms_by_sqrt_l(tiny_data_bin, inputs, index):
+    """Layer l = index + 1: x1 = x + Attn(LN1(x) / sqrt(l)); out = x1 + FFN(LN2(x1) / sqrt(l))."""
+    model = built(tiny_data_bin, "transformer_lns", *DEEP)
+    layer, (x, pad), scale = model.encoder.layers[index], inputs, 1 / math.sqrt(index + 1)
+    x1 = x + attn(layer, layer.self_attn_layer_norm.norm(x) * scale, pad)
+    expected = x1 + ffn(layer, layer.final_layer_norm.norm(x1) * scale)
+    torch.testing.assert_close(layer(x, pad), expected)
+    assert type(model.encoder.layer_norm) is torch.nn.LayerNorm  # the final norm is not scaled
+    assert model.decoder.layers[3].encoder_attn_layer_norm.scale == pytest.approx(0.5)
+
+
+def test_rezero_starts_as_the_identity_and_scales_each_branch(tiny_data_bin, inputs):
+    """alpha = 0 at first: every layer is the identity; then x1 = x + a Attn(x), out = x1 + a FFN(x1)."""
+    model = built(tiny_data_bin, "transformer_rezero")
+    assert not any(isinstance(m, torch.nn.LayerNorm) for m in model.modules())
+    assert model.encoder.layer_norm is None and model.decoder.layer_norm is None
+    layer, (x, pad) = model.encoder.layers[0], inputs
+    torch.testing.assert_close(layer(x, pad), x)
+    with torch.no_grad():
+        layer.rezero_alpha.fill_(0.7)
+    x1 = x + 0.7 * attn(layer, x, pad)
+    torch.testing.assert_close(layer(x, pad), x1 + 0.7 * ffn(layer, x1))
+    assert sum(name.endswith("rezero_alpha") for name, _ in model.named_parameters()) == 4  # one per layer
+
+
+def test_dyt_replaces_every_layer_norm(tiny_data_bin, inputs):
+    """gamma * tanh(alpha x) + beta in place of every LayerNorm, the final ones too; Pre-LN placement."""
+    model = built(tiny_data_bin, "transformer_dyt", "--dyt-alpha-init", "0.3")
+    assert not any(isinstance(m, torch.nn.LayerNorm) for m in model.modules())
+    assert isinstance(model.encoder.layer_norm, DynamicTanh) and isinstance(model.decoder.layer_norm, DynamicTanh)
+    layer, (x, pad) = model.encoder.layers[0], inputs
+    norm1, norm2 = layer.self_attn_layer_norm, layer.final_layer_norm
+    assert norm1.alpha.item() == pytest.approx(0.3)
+
+    def dyt(norm, t):
+        return norm.weight * torch.tanh(norm.alpha * t) + norm.bias
+
+    x1 = x + attn(layer, dyt(norm1, x), pad)
+    torch.testing.assert_close(layer(x, pad), x1 + ffn(layer, dyt(norm2, x1)))
+    assert built(tiny_data_bin, "transformer_dyt").encoder.layer_norm.alpha.item() == 0.5  # the paper's default
+
+
+@pytest.mark.parametrize("arch", ["transformer_preln", "transformer_periln", "transformer_b2t"])
+def test_rms_norm_in_place_of_every_layer_norm(tiny_data_bin, inputs, arch):
+    """``--norm-type rmsnorm``: x / sqrt(mean(x^2) + eps) * g wherever the method normalises."""
+    model = built(tiny_data_bin, arch, "--norm-type", "rmsnorm")
+    assert not any(isinstance(m, torch.nn.LayerNorm) for m in model.modules())
+    assert any(isinstance(m, torch.nn.RMSNorm) for m in model.modules())
+    norm, x = model.encoder.layers[0].self_attn_layer_norm, inputs[0]
+    expected = x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * norm.weight
+    torch.testing.assert_close(norm(x), expected)
+    if arch == "transformer_preln":
+        layer, pad = model.encoder.layers[0], inputs[1]
+        x1 = x + attn(layer, layer.self_attn_layer_norm(x), pad)
+        torch.testing.assert_close(layer(x, pad), x1 + ffn(layer, layer.final_layer_norm(x1)))
