@@ -287,7 +287,13 @@ def test_retain_dropout_as_fairseqs_transformer(translation_task, family):
 @pytest.mark.parametrize("family", FAMILIES)
 def test_activation_checkpointing_changes_nothing(tiny_data_bin, family):
     """The same initial model, and the same loss and gradients with dropout on (a
-    checkpointed layer runs its forward twice: the same masks, the same sub-layer count)."""
+    checkpointed layer runs its forward twice: the same masks, the same sub-layer count); a
+    method that cannot be checkpointed refuses the flag in one line."""
+    why = MODEL_REGISTRY[family].forbidden_flags().get("checkpoint_activations")
+    if why:
+        with pytest.raises(ValueError, match="drop --checkpoint-activations"):
+            build(tiny_data_bin, family, *TINY_MODEL, "--checkpoint-activations")
+        return
     runs = []
     for flags in ([], ["--checkpoint-activations"]):
         model, task, _ = build(tiny_data_bin, family, *TINY_MODEL, "--dropout", 0.2, *flags, seed=1)

@@ -79,7 +79,11 @@ def test_where_the_layer_norms_sit(lm_data_bin, family):
     assert parse(lm_data_bin, "transformer_lm_wiki103", "--task", "language_modeling").decoder_normalize_before
     model, _, _ = build_lm(lm_data_bin, family)
     layer = model.decoder.layers[0]
-    assert layer.encoder_attn is None and (model.decoder.layer_norm is None) is post_ln
+    assert layer.encoder_attn is None
+    if family == "transformer_lm_residual":  # the output joins the two streams: x_L + LN(d_L)
+        assert type(model.decoder.layer_norm).__name__ == "DualOutput"
+    else:
+        assert (model.decoder.layer_norm is None) is post_ln
     norms = (torch.nn.LayerNorm, DynamicTanh)
     has_norms = family not in ("transformer_lm_tfixup", "transformer_lm_rezero")
     assert any(isinstance(m, norms) for m in model.decoder.layers.modules()) is has_norms

@@ -125,3 +125,40 @@ def test_rms_norm_in_place_of_every_layer_norm(tiny_data_bin, inputs, arch):
         layer, pad = model.encoder.layers[0], inputs[1]
         x1 = x + attn(layer, layer.self_attn_layer_norm(x), pad)
         torch.testing.assert_close(layer(x, pad), x1 + ffn(layer, layer.final_layer_norm(x1)))
+
+
+@pytest.mark.parametrize("scale", [1.0, 0.05])
+def test_residual_adds_the_normalised_sum_of_every_branch_at_the_top(tiny_data_bin, scale):
+    """ResiDual: each layer Post-LN, x_i = LN(x_{i-1} + f_i); d = s x_0 + s * sum f_i over every
+    sub-layer of the stack; the encoder's output alpha x_L + LN(d), re-computed layer by layer."""
+    model = built(tiny_data_bin, "transformer_residual", "--residual-dual-scale", scale, "--residual-alpha", 0.8)
+    encoder = model.encoder
+    tokens = torch.tensor([[5, 6, 7, 8, 2], [9, 10, 11, 2, 1]])
+    with torch.no_grad():
+        x, _ = encoder.forward_embedding(tokens)
+        x = x.transpose(0, 1)
+        pad = tokens.eq(1)
+        dual = scale * x
+        for layer in encoder.layers:
+            f = attn(layer, x, pad)
+            dual, x = dual + scale * f, layer.self_attn_layer_norm(x + f)
+            f = ffn(layer, x)
+            dual, x = dual + scale * f, layer.final_layer_norm(x + f)
+        expected = 0.8 * x + encoder.layer_norm.norm(dual)
+        out = encoder(tokens, src_lengths=torch.tensor([5, 4]))["encoder_out"][0]
+    torch.testing.assert_close(out, expected)
+    assert encoder.layer_norm.norm.eps == 1e-7 and encoder.layer_norm.stream.total is None  # nothing kept
+
+
+def test_residual_decodes_incrementally_as_in_one_pass(tiny_data_bin):
+    """Step-by-step decoding (fairseq's incremental state) gives the one-pass outputs: the dual
+    stream starts again at every call."""
+    model = built(tiny_data_bin, "transformer_residual")
+    src, prev = torch.tensor([[5, 6, 7, 2]]), torch.tensor([[2, 8, 9, 10]])
+    with torch.no_grad():
+        encoder_out = model.encoder(src, src_lengths=torch.tensor([4]))
+        whole = model.decoder(prev, encoder_out=encoder_out)[0]
+        state, steps = {}, []
+        for t in range(prev.shape[1]):
+            steps.append(model.decoder(prev[:, : t + 1], encoder_out=encoder_out, incremental_state=state)[0])
+    torch.testing.assert_close(torch.cat(steps, dim=1), whole, rtol=1e-5, atol=1e-5)

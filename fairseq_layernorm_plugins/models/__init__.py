@@ -10,6 +10,7 @@ from fairseq_layernorm_plugins.models import (  # noqa: F401
     transformer_periln,
     transformer_postln,
     transformer_preln,
+    transformer_residual,
     transformer_rezero,
     transformer_tfixup,
 )

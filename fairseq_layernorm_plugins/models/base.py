@@ -51,6 +51,7 @@ class PluginModelMixin:
     # command-line flags the method cannot honour: {arg name: why}
     incompatible_flags = {}
     families = {}  # {model name: ArchFamily} of this model kind
+    scriptable = True  # False: torch.jit.script refuses the model in one line (its __prepare_scriptable__)
     base_size = None  # fairseq's size function of this model kind's base architecture
 
     @staticmethod

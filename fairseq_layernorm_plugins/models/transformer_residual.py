@@ -1,0 +1,146 @@
+"""ResiDual (Xie et al. 2023, "ResiDual: Transformer with Dual Residual Connections"): a
+Post-LN stream and, beside it, the un-normalised sum of every branch output, joined at the
+top of each stack:
+
+    x_{i} = LN(x_{i-1} + f_i(x_{i-1}))         (the Post-LN stream, the layers' own LayerNorms)
+    d_{i} = d_{i-1} + s * f_i(x_{i-1}),   d_0 = s * x_0   (the dual stream, from the stack's input)
+    y     = alpha * x_L + LN(d_L)                 (the stack's output)
+
+for every sub-layer i of the stack (self-attention, encoder attention, FFN), f_i after its
+dropout (the authors' code, microsoft/ResiDual ``resi_dual_layers.py`` / ``resi_dual.py``:
+``res_input_norm_scale`` s = 1.0 by default, 0.05 in their 18L-18L fp16 config, ``alpha`` 1.0,
+the output LayerNorm with eps 1e-7; no new parameters, fairseq's initialisation).
+``--residual-dual-scale`` and ``--residual-alpha`` set s and alpha.
+
+The dual stream lives for one forward pass in a :class:`DualStream` the stack's layers and
+its output share (fairseq's layer interface passes one tensor between layers), so these
+models run eagerly but are not scriptable (TorchScript refuses them in one line), and take
+no ``--checkpoint-activations`` (refused: a checkpointed layer's first pass keeps no graph).
+"""
+
+from fairseq.models import register_model
+from fairseq.modules import LayerNorm
+from torch import Tensor, nn
+
+from fairseq_layernorm_plugins.methods import register_method
+from fairseq_layernorm_plugins.models.base import PluginTransformerModel, register_arch_family
+from fairseq_layernorm_plugins.models.base_lm import PluginTransformerLanguageModel, register_lm_arch_family
+from fairseq_layernorm_plugins.modules import (
+    PluginDecoderLayer,
+    PluginEncoderLayer,
+    SublayerResidualMixin,
+    stack_layers,
+)
+
+
+class DualStream:
+    """One stack's dual stream d during a forward pass: (T, B, C), or None between passes."""
+
+    def __init__(self):
+        self.total = None
+
+
+class DualOutput(nn.Module):
+    """The stack's output, in place of its final LayerNorm: alpha * x_L + LN(d_L).
+
+    Input x_L (T, B, C); output (T, B, C)."""
+
+    def __init__(self, embed_dim, stream, alpha):
+        super().__init__()
+        self.norm = LayerNorm(embed_dim, eps=1e-7)  # microsoft/ResiDual: the output LayerNorm's eps
+        self.stream = stream
+        self.alpha = alpha
+
+    def forward(self, x: Tensor) -> Tensor:
+        dual, self.stream.total = self.stream.total, None
+        return self.alpha * x + self.norm(dual)  # Xie et al. 2023: x_L + LN(x_d)
+
+
+class ResiDualLayerMixin(SublayerResidualMixin):
+    """Post-LN sub-layers that also add their branch output to the stack's dual stream."""
+
+    def method_init_(self, cfg, stack):
+        super().method_init_(cfg, stack)
+        self.dual_scale = getattr(cfg, "residual_dual_scale", None) or 1.0
+        self.first_in_stack = False
+        self.stream = None  # the stack's DualStream (init_stack_)
+
+    @classmethod
+    def init_stack_(cls, stack_module, cfg, stack):
+        super().init_stack_(stack_module, cfg, stack)
+        stream = DualStream()
+        layers = stack_layers(stack_module)
+        for index, layer in enumerate(layers):
+            layer.stream, layer.first_in_stack = stream, index == 0
+        alpha = getattr(cfg, "residual_alpha", None) or 1.0
+        stack_module.layer_norm = DualOutput(stack.embed_dim, stream, alpha)
+
+    def combine(self, x: Tensor, residual: Tensor, sublayer: int) -> Tensor:
+        """x: the branch output f_i (T, B, C), residual: x_{i-1} (T, B, C)."""
+        if sublayer == 1 and (self.first_in_stack or self.stream.total is None):  # None: LayerDrop skipped layer 0
+            self.stream.total = residual * self.dual_scale  # d_0 = s * x_0
+        self.stream.total = self.stream.total + x * self.dual_scale  # d_i = d_{i-1} + s * f_i
+        return residual + x  # then the layer's own LayerNorm (Post-LN)
+
+
+class ResiDualEncoderLayer(ResiDualLayerMixin, PluginEncoderLayer):
+    """ResiDual's encoder layer."""
+
+
+class ResiDualDecoderLayer(ResiDualLayerMixin, PluginDecoderLayer):
+    """ResiDual's decoder layer."""
+
+
+class ResiDualModel:
+    """What ResiDual adds to a model of any kind: its options; not scriptable."""
+
+    scriptable = False
+    incompatible_flags = dict.fromkeys(
+        ("checkpoint_activations", "offload_activations"),
+        "a checkpointed layer runs without gradients the first time, and the dual stream it adds to "
+        "leaves the layer outside its output",
+    )
+
+    @staticmethod
+    def add_method_args(parser):
+        parser.add_argument(
+            "--residual-dual-scale",
+            type=float,
+            help="s, the dual stream's scale of the stack input and each branch output (default 1.0; the "
+            "authors' 18L-18L fp16 config: 0.05)",
+        )
+        parser.add_argument("--residual-alpha", type=float, help="alpha on x_L in the output (default 1.0)")
+
+    def __prepare_scriptable__(self):
+        raise RuntimeError(
+            f"{type(self).__name__}: ResiDual's dual stream passes between layers outside fairseq's layer "
+            "interface, so the model runs eagerly only (no TorchScript)"
+        )
+
+
+@register_model("transformer_residual")
+class TransformerResiDualModel(ResiDualModel, PluginTransformerModel):
+    """ResiDual encoder-decoder Transformer."""
+
+    encoder_layer_cls = ResiDualEncoderLayer
+    decoder_layer_cls = ResiDualDecoderLayer
+
+
+@register_model("transformer_lm_residual")
+class TransformerResiDualLanguageModel(ResiDualModel, PluginTransformerLanguageModel):
+    """ResiDual decoder-only language model."""
+
+    decoder_layer_cls = ResiDualDecoderLayer
+
+
+def residual_defaults(args):
+    """ResiDual (Xie et al. 2023): a Post-LN stream plus LN of the sum of every branch output."""
+    args.residual_dual_scale = getattr(args, "residual_dual_scale", None)
+    args.residual_alpha = getattr(args, "residual_alpha", None)
+
+
+ARCHS = register_arch_family("transformer_residual", residual_defaults, normalize_before=False)
+LM_ARCHS = register_lm_arch_family("transformer_lm_residual", residual_defaults, normalize_before=False)
+METHOD = register_method(
+    "residual", "transformer_residual", "ResiDual", "Xie et al. 2023", order=11, lm_model="transformer_lm_residual"
+)
