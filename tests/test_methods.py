@@ -10,7 +10,7 @@ from conftest import REPO, plugin_archs
 from fairseq_layernorm_plugins.methods import METHODS, method_names
 
 SEEDS = ["postln", "preln", "admin", "tfixup", "b2t", "deepnet"]
-SEEDS_AFTER = ["periln", "mixln", "lns", "rezero", "dyt", "residual"]  # the newer methods, after the seeds
+SEEDS_AFTER = ["periln", "mixln", "lns", "rezero", "dyt", "residual", "dlcl"]  # the newer methods, after the seeds
 
 
 def test_every_plugin_model_is_a_method_in_table_order():

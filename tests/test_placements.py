@@ -162,3 +162,40 @@ def test_residual_decodes_incrementally_as_in_one_pass(tiny_data_bin):
         for t in range(prev.shape[1]):
             steps.append(model.decoder(prev[:, : t + 1], encoder_out=encoder_out, incremental_state=state)[0])
     torch.testing.assert_close(torch.cat(steps, dim=1), whole, rtol=1e-5, atol=1e-5)
+
+
+def test_dlcl_feeds_each_layer_a_learned_sum_of_every_earlier_output(tiny_data_bin):
+    """x_{l+1} = sum_{k<=l} W[l, k] LN_k(y_k) (LN_0 the identity), each layer Pre-LN on it, the
+    output LN_final(sum_{k<=L} W[L, k] LN_k(y_k)); W starts as the average and is learnable."""
+    model = built(tiny_data_bin, "transformer_dlcl", *DEEP)
+    encoder = model.encoder
+    history = encoder.dlcl
+    torch.testing.assert_close(history.weights[2], torch.tensor([1 / 3] * 3 + [0.0] * 6))  # row 2 of 9
+    with torch.no_grad():
+        history.weights.add_(0.3 * torch.randn(history.weights.shape).tril())  # away from the average
+    tokens = torch.tensor([[5, 6, 7, 8, 2], [9, 10, 11, 2, 1]])
+    with torch.no_grad():
+        y, _ = encoder.forward_embedding(tokens)
+        pad = tokens.eq(1)
+        kept = [y.transpose(0, 1)]  # LN_0(y_0) = y_0
+        for index, layer in enumerate(encoder.layers):
+            x = sum(history.weights[index, k] * kept[k] for k in range(index + 1))
+            x1 = x + attn(layer, layer.self_attn_layer_norm(x), pad)
+            out = x1 + ffn(layer, layer.final_layer_norm(x1))
+            kept.append(history.layer_norms[index](out))
+        expected = encoder.layer_norm.final_norm(sum(history.weights[8, k] * kept[k] for k in range(9)))
+        got = encoder(tokens, src_lengths=torch.tensor([5, 4]))["encoder_out"][0]
+    torch.testing.assert_close(got, expected)
+    assert history.outputs == [] and history.weights.requires_grad
+
+
+def test_dlcl_decodes_incrementally_as_in_one_pass(tiny_data_bin):
+    model = built(tiny_data_bin, "transformer_dlcl")
+    src, prev = torch.tensor([[5, 6, 7, 2]]), torch.tensor([[2, 8, 9, 10]])
+    with torch.no_grad():
+        encoder_out = model.encoder(src, src_lengths=torch.tensor([4]))
+        whole = model.decoder(prev, encoder_out=encoder_out)[0]
+        state, steps = {}, []
+        for t in range(prev.shape[1]):
+            steps.append(model.decoder(prev[:, : t + 1], encoder_out=encoder_out, incremental_state=state)[0])
+    torch.testing.assert_close(torch.cat(steps, dim=1), whole, rtol=1e-5, atol=1e-5)

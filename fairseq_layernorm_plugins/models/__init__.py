@@ -4,6 +4,7 @@ from fairseq_layernorm_plugins.models import (  # noqa: F401
     transformer_admin,
     transformer_b2t,
     transformer_deepnet,
+    transformer_dlcl,
     transformer_dyt,
     transformer_lns,
     transformer_mixln,

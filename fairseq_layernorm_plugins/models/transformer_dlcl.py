@@ -1,0 +1,160 @@
+"""DLCL (Wang et al. 2019, "Learning Deep Transformer Models for Machine Translation"): the
+dynamic linear combination of layers, on Pre-LN layers as the authors' deep models. Each
+layer's input, and the stack's output, is a learned weighted sum of every earlier layer's
+normalised output (the embedding's unnormalised),
+
+    x_{l+1} = sum_{k=0..l} W[l, k] LN_k(y_k),    LN_0 = identity,   y_0 = the embedding
+    y_{l+1} = PreLNLayer(x_{l+1})
+    output  = LN_final(sum_{k=0..L} W[L, k] LN_k(y_k))
+
+in both stacks (the authors' code, wangqiangneu/dlcl ``modules/dlcl.py``: the embedding is not
+normalised, whatever its docstring says; ``--normalize-embedding`` there reads another name and
+never takes effect). W is (L+1) x (L+1), lower-triangular, learnable, one scalar per entry
+(``--weight-type scalar``, their default), initialised as the average (row l: 1/(l+1) for k <=
+l, ``--init-value avg``), without softmax (their default). LN_1..LN_L are new LayerNorms, one
+per layer output, following ``--norm-type``.
+
+The history lives in the stack (``dlcl``: W and the LayerNorms) and is fed by a forward
+pre-hook on each layer (fairseq's layers take one tensor), so these models run eagerly but are
+not scriptable, and take no LayerDrop (a skipped layer would leave a gap in the history).
+"""
+
+import torch
+from fairseq.models import register_model
+from fairseq.modules import LayerNorm
+from torch import Tensor, nn
+
+from fairseq_layernorm_plugins.methods import register_method
+from fairseq_layernorm_plugins.models.base import PluginTransformerModel, register_arch_family
+from fairseq_layernorm_plugins.models.base_lm import PluginTransformerLanguageModel, register_lm_arch_family
+from fairseq_layernorm_plugins.modules import PluginDecoderLayer, PluginEncoderLayer, stack_layers
+from fairseq_layernorm_plugins.modules.norms import norm_type_
+
+
+def dlcl_average_weights(num_layers):
+    """W at initialisation, (L+1, L+1): row l holds 1/(l+1) for k <= l, 0 above (Wang et al.
+    2019; wangqiangneu/dlcl ``--init-value avg``)."""
+    ones = torch.ones(num_layers + 1, num_layers + 1).tril()
+    return ones / ones.sum(dim=1, keepdim=True)
+
+
+class LayerHistory(nn.Module):
+    """One stack's DLCL state: W (L+1, L+1), LN_1..LN_L, and during a pass the outputs y_0..y_l
+    seen so far, each (T, B, C), LN_k already applied."""
+
+    def __init__(self, num_layers, embed_dim, cfg):
+        super().__init__()
+        self.weights = nn.Parameter(dlcl_average_weights(num_layers))
+        self.layer_norms = nn.ModuleList(LayerNorm(embed_dim) for _ in range(num_layers))
+        norm_type_(self.layer_norms, cfg, [str(index) for index in range(num_layers)])
+        self.outputs = []
+
+    def push(self, y: Tensor, k: int):
+        """Keep y_k, normalised by LN_k (y_0, the embedding, as it is)."""
+        if k == 0:
+            self.outputs = []
+        self.outputs.append(y if k == 0 else self.layer_norms[k - 1](y))
+
+    def combine(self) -> Tensor:
+        """sum_{k<=l} W[l, k] LN_k(y_k) for the l + 1 outputs kept (Wang et al. 2019; wangqiangneu/dlcl ``pop``)."""
+        row = self.weights[len(self.outputs) - 1]
+        return sum(row[k] * y for k, y in enumerate(self.outputs))
+
+
+class HistoryRef:
+    """A layer's link to its stack's :class:`LayerHistory` (not a submodule: its parameters
+    belong to the stack) and the layer's index k + 1 in the history."""
+
+    def __init__(self, history, index):
+        self.history, self.index = history, index
+
+
+def dlcl_layer_input(layer, args, kwargs):
+    """Forward pre-hook: push the incoming y_k (the embedding for the first layer, else the
+    previous layer's output) and give the layer x_{k+1} = sum W[k, :] LN(y) instead."""
+    ref = layer.dlcl
+    ref.history.push(args[0], ref.index)
+    return (ref.history.combine(), *args[1:]), kwargs
+
+
+class DLCLOutput(nn.Module):
+    """The stack's output, in place of its final LayerNorm: LN_final(sum_{k<=L} W[L, k] LN_k(y_k)).
+
+    Input y_L (T, B, C); output (T, B, C)."""
+
+    def __init__(self, history_ref, final_norm):
+        super().__init__()
+        self.ref = history_ref
+        self.final_norm = final_norm
+
+    def forward(self, y: Tensor) -> Tensor:
+        history = self.ref.history
+        history.push(y, self.ref.index)
+        out = self.final_norm(history.combine())
+        history.outputs = []  # keep no activations between passes
+        return out
+
+
+class DLCLLayerMixin:
+    """Pre-LN layers whose inputs come from the stack's history (``init_stack_``)."""
+
+    @classmethod
+    def init_stack_(cls, stack_module, cfg, stack):
+        super().init_stack_(stack_module, cfg, stack)
+        stack_module.dlcl = LayerHistory(stack.num_layers, stack.embed_dim, cfg)
+        for index, layer in enumerate(stack_layers(stack_module)):
+            layer.dlcl = HistoryRef(stack_module.dlcl, index)
+            layer.register_forward_pre_hook(dlcl_layer_input, with_kwargs=True)
+        stack_module.layer_norm = DLCLOutput(HistoryRef(stack_module.dlcl, stack.num_layers), stack_module.layer_norm)
+
+
+class DLCLEncoderLayer(DLCLLayerMixin, PluginEncoderLayer):
+    """DLCL's encoder layer (Pre-LN)."""
+
+
+class DLCLDecoderLayer(DLCLLayerMixin, PluginDecoderLayer):
+    """DLCL's decoder layer (Pre-LN)."""
+
+
+class DLCLModel:
+    """What DLCL adds to a model of any kind: eager only, no LayerDrop."""
+
+    scriptable = False
+    incompatible_flags = {
+        "encoder_layerdrop": "every layer's output is part of the history",
+        "decoder_layerdrop": "every layer's output is part of the history",
+        "no_decoder_final_norm": "DLCL's output is normalised (LN_final)",
+    }
+
+    def __prepare_scriptable__(self):
+        raise RuntimeError(
+            f"{type(self).__name__}: DLCL feeds each layer from its stack's history through a forward "
+            "pre-hook, so the model runs eagerly only (no TorchScript)"
+        )
+
+
+@register_model("transformer_dlcl")
+class TransformerDLCLModel(DLCLModel, PluginTransformerModel):
+    """Pre-LN encoder-decoder Transformer with DLCL in both stacks."""
+
+    encoder_layer_cls = DLCLEncoderLayer
+    decoder_layer_cls = DLCLDecoderLayer
+
+
+@register_model("transformer_lm_dlcl")
+class TransformerDLCLLanguageModel(DLCLModel, PluginTransformerLanguageModel):
+    """Pre-LN decoder-only language model with DLCL."""
+
+    decoder_layer_cls = DLCLDecoderLayer
+
+
+def dlcl_defaults(args):
+    """DLCL (Wang et al. 2019): each layer's input a learned sum of every earlier LN'd output."""
+    args.no_decoder_final_norm = getattr(args, "no_decoder_final_norm", False)
+
+
+ARCHS = register_arch_family("transformer_dlcl", dlcl_defaults, normalize_before=True)
+LM_ARCHS = register_lm_arch_family("transformer_lm_dlcl", dlcl_defaults, normalize_before=True)
+METHOD = register_method(
+    "dlcl", "transformer_dlcl", "DLCL", "Wang et al. 2019", order=12, lm_model="transformer_lm_dlcl"
+)
