@@ -9,7 +9,8 @@ generator), once as trained and once with ``--model-overrides "{'fused_attention
 each repetition translates the whole ``--gen-subset`` with both, in alternating order, and
 the ratio of sentences per second is taken per repetition (median and spread printed, with
 the 1.2x target). Also checks that both give the same translations. Default checkpoint: the
-main job's Pre-LN model (``bash scripts/main_job.sh``).
+main job's Pre-LN model (``bash scripts/main_job.sh``). ``--json PATH`` also writes the
+numbers to PATH (what ``scripts/gpu/check.py`` reads).
 """
 
 import argparse
@@ -63,6 +64,7 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--precision", choices=("fp32", "fp16", "bf16"), default="fp32")
+    parser.add_argument("--json", metavar="PATH", help="also write the measured numbers to PATH (JSON)")
     args = parser.parse_args(argv)
     if not Path(args.path).is_file():
         parser.exit(2, f"error: {args.path}: no such checkpoint (train one, e.g. bash scripts/main_job.sh)\n")
@@ -94,15 +96,29 @@ def main(argv=None):
                 flush=True,
             )
     ratios = [s / f for s, f in zip(seconds["stock"], seconds["fused"])]
-    same = sum(a == b for a, b in zip(outputs["stock"], outputs["fused"]))
     median = statistics.median(ratios)
+    result = {
+        **{key: getattr(args, key) for key in ("device", "precision", "threads", "beam", "batch_size", "reps")},
+        "sentences": len(dataset),
+        "stock_sentences_per_s": len(dataset) / statistics.median(seconds["stock"]),
+        "ratios": ratios,  # fairseq's attention's seconds over --fused-attention's, per repetition
+        "speed_ratio": median,
+        "spread": [min(ratios), max(ratios)],
+        "target": TARGET,
+        "met": median >= TARGET,
+        "same": sum(a == b for a, b in zip(outputs["stock"], outputs["fused"])),  # sentences translated alike
+    }
     print(
         f"\n{args.device} {args.precision}, {args.threads} threads, beam {args.beam}, {len(dataset)} sentences in batches of "
-        f"{args.batch_size}, {args.reps} reps; fairseq's attention {len(dataset) / statistics.median(seconds['stock']):.1f} "
+        f"{args.batch_size}, {args.reps} reps; fairseq's attention {result['stock_sentences_per_s']:.1f} "
         f"sentences/s\n--fused-attention speed ratio {median:.3f} (spread {min(ratios):.3f}-{max(ratios):.3f}); "
-        f"target >= {TARGET}: {'met' if median >= TARGET else 'MISSED'}; same translation for {same}/{len(dataset)} sentences"
+        f"target >= {TARGET}: {'met' if result['met'] else 'MISSED'}; same translation for {result['same']}/{len(dataset)} sentences"
     )
-    return {"ratios": ratios, "same": same, "sentences": len(dataset)}
+    if args.json:
+        from fairseq_layernorm_plugins.atomic import write_json
+
+        write_json(args.json, result)
+    return result
 
 
 if __name__ == "__main__":

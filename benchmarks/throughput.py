@@ -16,7 +16,8 @@ printed, one line per arch, with the issue's target. Also the ratio of matmul FL
 step (exact, unlike the timings), the peak-memory ratio (CUDA: max allocated; CPU: peak
 RSS above the RSS before the model was built, in a fresh process per arch) and Admin's
 profiling time in updates. CPU by default; ``--device cuda --precision bf16``
-(or fp16) on a GPU.
+(or fp16) on a GPU. ``--json PATH`` also writes these numbers to PATH (what
+``scripts/gpu/check.py`` reads).
 """
 
 import argparse
@@ -247,8 +248,10 @@ def parse(argv, parser=None):
     return args
 
 
-def main():
-    args = parse(sys.argv)
+def main(argv=None):
+    parser = build_parser()
+    parser.add_argument("--json", metavar="PATH", help="also write the measured numbers to PATH (JSON)")
+    args = parse([__file__, *(sys.argv[1:] if argv is None else argv)], parser)
     if args.measure_peak:
         print(measure_peak(args))
         return
@@ -280,23 +283,37 @@ def main():
     )
     flops = {arch: bench.flops() for arch, bench in benches.items()}
     memory = {} if args.no_memory else {label(a, f): peak_memory(args, a, f) for a, f in variants}
+    result = {
+        **{key: getattr(args, key) for key in ("device", "precision", "layers", "dim", "reps", "steps", "threads")},
+        "words_per_step": benches[BASELINE].words,
+        "baseline_wps": round(statistics.median(base_wps)),
+        "archs": {},  # per ARCH / ARCH+fast: its ratios to the baseline
+    }
     for arch, fast in variants[1:]:
         name = label(arch, fast)
         ratios = [benches[name].words / s / b for s, b in zip(seconds[name], base_wps)]
         median = statistics.median(ratios)
         # a method without its own target: no slower than fairseq; the fast paths: issue 17's
         target = FAST_TARGETS[args.device] if fast else TARGETS.get(arch, 1.0)
+        row = result["archs"][name] = {
+            "speed_ratio": median,
+            "spread": [min(ratios), max(ratios)],
+            "target": target,
+            "met": median >= target,
+            "flops_ratio": flops[name] / flops[BASELINE],
+            "memory_ratio": memory[name] / memory[BASELINE] if memory else None,
+        }
         line = (
             (
                 f"{name:27s} speed ratio {median:.4f} (spread {min(ratios):.3f}-{max(ratios):.3f}); target >= {target:.2f}: "
-                f"{'met' if median >= target else 'MISSED'}"
+                f"{'met' if row['met'] else 'MISSED'}"
             )
             if target
             else f"{name:27s} speed ratio {median:.3f}"
         )
-        line += f"; matmul FLOPs ratio {flops[name] / flops[BASELINE]:.4f}"
+        line += f"; matmul FLOPs ratio {row['flops_ratio']:.4f}"
         if memory:
-            line += f"; peak memory ratio {memory[name] / memory[BASELINE]:.3f}"
+            line += f"; peak memory ratio {row['memory_ratio']:.3f}"
         print(line)
     if "transformer_admin" in benches:
         from fairseq_layernorm_plugins.admin_profiling import profile_admin_
@@ -306,7 +323,13 @@ def main():
         profile_admin_(bench.model, [bench.sample])
         profile = time.perf_counter() - start
         step = statistics.median(seconds["transformer_admin"]) / args.batches
+        result["admin_profiling"] = {"seconds": profile, "updates": profile / step}  # updates of one batch
         print(f"Admin profiling (1 batch): {profile:.3f} s = {profile / step:.2f} updates of one batch")
+    if args.json:
+        from fairseq_layernorm_plugins.atomic import write_json
+
+        write_json(args.json, result)
+    return result
 
 
 if __name__ == "__main__":

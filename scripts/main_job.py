@@ -23,11 +23,11 @@ import json
 import os
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared" / "data"
+from fairseq_layernorm_plugins.recipes import experiment
+from fairseq_layernorm_plugins.recipes.experiment import REPO, SHARED
+
 # corpus: (recipe directory, default data directory, minutes per method, updates per method)
 CORPORA = {
     "multi30k": ("multi30k", REPO / "data" / "multi30k.de-en", 8.0, 0),
@@ -35,28 +35,11 @@ CORPORA = {
 }
 
 
-def prepare_data(args):
-    """Prepare the corpus (skipped when up to date); returns its stamp."""
-    if args.corpus == "multi30k":
-        from fairseq_layernorm_plugins.prepare.multi30k import URL, default_raw_dir, prepare
-
-        return prepare(
-            args.data,
-            raw_dir=args.raw_dir or default_raw_dir(),
-            download_dir=args.download_dir,
-            url=args.url or URL,
-            test_lines=args.test_lines or None,
-        )
-    from fairseq_layernorm_plugins.prepare.iwslt14_mini import prepare
-
-    return prepare(args.iwslt_dir, args.data, test_lines=args.test_lines or None)
-
-
 def run_method(method, args):
     """Train (or resume) and evaluate one method; returns its results.json content."""
     from fairseq_layernorm_plugins.recipes.config import load_recipe
     from fairseq_layernorm_plugins.recipes.evaluate import evaluate
-    from fairseq_layernorm_plugins.recipes.launch import Launch, data_bin, run_dir, train
+    from fairseq_layernorm_plugins.recipes.launch import run_dir
 
     recipe = load_recipe(f"{CORPORA[args.corpus][0]}/{method}").with_depth()
     run = run_dir(args.runs, recipe, args.seed)
@@ -68,20 +51,11 @@ def run_method(method, args):
         extra += ["--stop-time-hours", f"{args.minutes / 60:.6f}"]
     if args.max_update:
         extra += ["--max-update", str(args.max_update)]
-    launch = Launch(
-        recipe,
-        str(data_bin(args.data, recipe, REPO)),
-        str(run / "checkpoints"),
-        cpu_workers=1,
-        seed=args.seed,
-        extra=extra,
-    )
     start = time.time()
-    try:
-        train(launch, run)
-    except RuntimeError as err:  # e.g. a diverged run: fairseq stops on NaN/inf; the other methods go on
-        print(f"[{method}] training failed: {err}", flush=True)
-        return {"error": str(err).splitlines()[0]}
+    error = experiment.run_training(recipe, run, args.data, args.seed, extra)
+    if error:  # e.g. a diverged run: fairseq stops on NaN/inf; the other methods go on
+        print(f"[{method}] training failed: {error}", flush=True)
+        return {"error": error.splitlines()[0]}
     result = evaluate(run)
     print(f"[{method}] done in {(time.time() - start) / 60:.1f} min", flush=True)
     return result
@@ -152,16 +126,13 @@ def main(argv=None):
     args.max_update = default_updates if args.max_update is None else args.max_update
     args.jobs = args.jobs or max(1, min(len(methods), os.cpu_count() or 1))
 
-    from fairseq_layernorm_plugins.prepare.textio import DataError
     from fairseq_layernorm_plugins.recipes.report import baseline_report
 
     start = time.time()
-    try:
-        stamp = prepare_data(args)
-    except DataError as err:
-        sys.exit(f"error: {err}")
+    stamp = experiment.prepare_corpus(
+        args.corpus, args.data, args.test_lines, args.raw_dir, args.download_dir, args.url, args.iwslt_dir
+    )
     print(f"{args.corpus} ({args.data}): " + ", ".join(f"{k} {v}" for k, v in stamp["sizes"].items()), flush=True)
-    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // args.jobs)))  # inherited by fairseq
     budget = " and ".join(
         filter(
             None,
@@ -171,11 +142,7 @@ def main(argv=None):
     print(
         f"training {len(methods)} method(s), {args.jobs} at once, each for at most {budget or 'its recipe'}", flush=True
     )
-    results = {}
-    with ThreadPoolExecutor(args.jobs) as pool:  # each method is a fairseq subprocess; threads only wait
-        futures = {pool.submit(run_method, method, args): method for method in methods}
-        for future in as_completed(futures):
-            results[futures[future]] = future.result()
+    results = dict(experiment.parallel(lambda method: run_method(method, args), methods, args.jobs))
     out = Path(args.runs) / "report"
     failed = [f"{m}: training failed ({results[m]['error']})" for m in methods if "error" in results[m]]
     done = [results[m]["run_dir"] for m in methods if "error" not in results[m]]

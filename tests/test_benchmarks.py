@@ -1,12 +1,16 @@
-"""benchmarks/profile_step.py: every operator's time lands in one category of its outermost op."""
+"""The benchmarks: profile_step.py puts every operator's time in one category of its outermost op;
+throughput.py and decoding.py write their numbers as JSON (``--json``), which the harness reads."""
 
 import json
 import sys
 
 import pytest
-from conftest import REPO
+from conftest import PLUGIN_DIR, REPO, TINY_MODEL, run_cli
+
+from fairseq_layernorm_plugins.recipes.experiment import run_benchmark
 
 sys.path.insert(0, str(REPO / "benchmarks"))
+import decoding  # noqa: E402
 import profile_step  # noqa: E402
 
 
@@ -66,3 +70,46 @@ def test_profile_splits_a_step_and_tfixup_runs_no_layer_norm(tiny_data_bin, tmp_
     assert json.loads((tmp_path / "profile.json").read_text()) == json.loads(json.dumps(results))
     table = (tmp_path / "profile.md").read_text()
     assert "| LayerNorm | " in table and "| transformer | transformer_tfixup |" in table
+
+
+def test_throughput_writes_its_numbers_as_json_and_the_harness_reads_them(tiny_data_bin, tmp_path):
+    """What scripts/gpu/check.py part c reads: benchmarks/throughput.py --json, run by the harness."""
+    argv = ["--data", str(tiny_data_bin), "--archs", "transformer_preln", "--layers", "1", "--dim", "32"]
+    argv += ["--batches", "1", "--reps", "2", "--warmup", "1", "--threads", "1", "--device", "cpu", "--no-memory"]
+    result = run_benchmark("throughput.py", argv, tmp_path / "numbers.json")
+    assert "error" not in result, result
+    assert result["command"].endswith(f"--json {tmp_path / 'numbers.json'}")
+    assert json.loads((tmp_path / "numbers.json").read_text()) == {k: v for k, v in result.items() if k != "command"}
+    assert (result["device"], result["precision"], result["layers"], result["reps"]) == ("cpu", "fp32", 1, 2)
+    assert set(result["archs"]) == {"transformer_preln", "transformer_preln+fast"} and result["baseline_wps"] > 0
+    for row in result["archs"].values():
+        low, high = row["spread"]
+        assert low <= row["speed_ratio"] <= high and row["met"] == (row["speed_ratio"] >= row["target"])
+        assert row["flops_ratio"] > 0 and row["memory_ratio"] is None  # --no-memory
+
+
+def test_a_failed_benchmark_is_its_last_line(tmp_path):
+    (tmp_path / "numbers.json").write_text("{}")  # an earlier run's: not read as this one's
+    result = run_benchmark("decoding.py", ["--path", str(tmp_path / "none.pt")], tmp_path / "numbers.json")
+    assert result["error"].startswith(f"error: {tmp_path / 'none.pt'}: no such checkpoint")
+    assert not (tmp_path / "numbers.json").exists()
+
+
+def test_decoding_writes_its_numbers_as_json(tiny_data_bin, tmp_path):
+    """What scripts/gpu/check.py part f reads: benchmarks/decoding.py --json on a trained model."""
+
+    run_cli(
+        "fairseq-train",
+        tiny_data_bin,
+        *("--user-dir", PLUGIN_DIR, "--arch", "transformer_preln", *TINY_MODEL),
+        *("--optimizer", "adam", "--lr", "3e-3", "--max-tokens", "1000", "--max-update", "5", "--cpu"),
+        *("--save-dir", tmp_path / "ckpt", "--no-epoch-checkpoints", "--no-progress-bar"),
+    )
+    argv = ["--path", str(tmp_path / "ckpt" / "checkpoint_last.pt"), "--data", str(tiny_data_bin), "--reps", "2"]
+    result = decoding.main(
+        [*argv, "--batch-size", "16", "--threads", "1", "--device", "cpu", "--json", str(tmp_path / "d.json")]
+    )
+    assert json.loads((tmp_path / "d.json").read_text()) == result
+    assert result["sentences"] == 40 and 0 <= result["same"] <= 40 and len(result["ratios"]) == 2
+    assert min(result["ratios"]) == result["spread"][0] and result["stock_sentences_per_s"] > 0
+    assert (result["device"], result["precision"], result["beam"]) == ("cpu", "fp32", 5)

@@ -13,6 +13,8 @@ from conftest import REPO, shared_data
 sys.path.insert(0, str(REPO / "scripts"))
 import claims  # noqa: E402
 
+from fairseq_layernorm_plugins.recipes import render  # noqa: E402
+
 TOY = claims.Claim(
     paper="toy",
     statement="toy",
@@ -26,7 +28,7 @@ TOY = claims.Claim(
 
 
 def end_of_epoch_lr(run_dir):
-    from fairseq_layernorm_plugins.recipes.report import log_record
+    from fairseq_layernorm_plugins.recipes.curves import log_record
 
     records = [
         r for k, r in filter(None, map(log_record, (run_dir / "train.log").read_text().splitlines())) if k == "train"
@@ -36,9 +38,9 @@ def end_of_epoch_lr(run_dir):
 
 def test_first_update_reaching():
     record = {"valid": [{"update": 2, "bleu": 1.0}, {"update": 4, "bleu": None}, {"update": 6, "bleu": 3.0}]}
-    assert claims.first_update_reaching(record, 1.0) == 2
-    assert claims.first_update_reaching(record, 2.0) == 6
-    assert claims.first_update_reaching(record, 3.5) is None
+    assert render.first_update_reaching(record, 1.0) == 2
+    assert render.first_update_reaching(record, 2.0) == 6
+    assert render.first_update_reaching(record, 3.5) is None
 
 
 @pytest.mark.slow(2)
@@ -162,7 +164,7 @@ def test_seeds_are_compared_run_by_run_and_paired_by_seed(tmp_path, monkeypatch)
         seed_record("postln warm-up", "postln", 27.0, 4.0),
         seed_record("preln no warm-up", "preln", 30.0, 3.5),
     )
-    assert claims.render_seeds("toy", first) is None and not (tmp_path / "toy-seeds.md").exists()  # one seed
+    assert render.claim_seeds_report("toy", TOY, first) is None and not (tmp_path / "toy-seeds.md").exists()  # one seed
     results(
         "toy-seed2",
         2,
@@ -178,7 +180,7 @@ def test_seeds_are_compared_run_by_run_and_paired_by_seed(tmp_path, monkeypatch)
     results(
         "toy-init-paper", 7, seed_record("preln no warm-up", "preln", 0.0, 9.0)
     )  # another claim directory: not a seed
-    markdown = claims.render_seeds("toy", first)
+    markdown = render.claim_seeds_report("toy", TOY, first)
     assert markdown == (tmp_path / "toy-seeds.md").read_text().rstrip("\n")
     rows = {line.split(" | ")[0][2:]: line.split(" | ")[1:] for line in markdown.splitlines() if line.startswith("| p")}
     assert rows["postln warm-up"] == [
@@ -201,7 +203,14 @@ def test_init_style_option_overrides_the_claims_initialisation_and_has_its_own_r
     """The claim's own model options reach every run; --init-style replaces its init_style only."""
     claim = claims.Claim(**{**TOY.__dict__, "model": {"init_style": "fairseq", "dropout": 0.2}})
     args = argparse.Namespace(
-        claim="toy", updates=4, validate_every=2, max_tokens=2048, seed=1, runs=str(tmp_path), init_style=None
+        claim="toy",
+        updates=4,
+        validate_every=2,
+        max_tokens=2048,
+        seed=1,
+        patience=0,
+        runs=str(tmp_path),
+        init_style=None,
     )
     for init_style, directory in ((None, "toy"), ("paper", "toy-init-paper")):
         args.init_style = init_style

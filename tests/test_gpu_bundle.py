@@ -11,6 +11,9 @@ from pathlib import Path
 import pytest
 from conftest import REPO, SHARED_DATA
 
+from fairseq_layernorm_plugins.recipes import render
+from fairseq_layernorm_plugins.recipes.curves import training_summary
+
 GPU = REPO / "scripts" / "gpu"
 
 
@@ -122,7 +125,7 @@ def test_training_summary_reads_loss_scale_and_speed():
         "valid": [{"loss": 6.4}],
         "end": {"update": 40},
     }
-    summary = check.training_summary(curves)
+    summary = training_summary(curves)
     assert summary["finite"] and summary["falling"] and summary["updates"] == 40
     assert (summary["loss_scale_min"], summary["loss_scale_last"], summary["wps"]) == (
         4.0,
@@ -130,9 +133,9 @@ def test_training_summary_reads_loss_scale_and_speed():
         30000.0,
     )  # median; the first interval left out
     curves["train"][-1]["loss"] = float("nan")
-    assert not check.training_summary(curves)["finite"]
+    assert not training_summary(curves)["finite"]
     curves["train"] = [dict(p, loss=9.0 + p["update"], loss_scale=None) for p in curves["train"]]
-    summary = check.training_summary(curves)
+    summary = training_summary(curves)
     assert not summary["falling"] and summary["loss_scale"] == [] and summary["loss_scale_min"] is None
 
 
@@ -146,7 +149,7 @@ def test_omega_comparison_flags_a_different_profile():
         {"part": "a", "method": "admin", "precision": "bf16", "admin_profile": profile(1.01)},
         {"part": "a", "method": "postln", "precision": "fp16"},
     ]
-    rows = check.omega_comparison(records)
+    rows = render.omega_rows(records, check.OMEGA_TOLERANCE)
     assert [(r["precision"], r["equal"], r["compared"]) for r in rows] == [("fp16", True, 3), ("bf16", False, 3)]
     assert rows[1]["max_rel_diff"] == pytest.approx(0.01)
 

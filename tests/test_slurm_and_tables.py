@@ -11,8 +11,9 @@ import time
 
 import pytest
 
+from fairseq_layernorm_plugins.recipes.curves import read_log_curves
 from fairseq_layernorm_plugins.recipes.report import main as make_table
-from fairseq_layernorm_plugins.recipes.report import read_log_curves, render, table_rows
+from fairseq_layernorm_plugins.recipes.report import render, table_rows
 from fairseq_layernorm_plugins.recipes.slurm import grid, submit, write_sbatch
 
 TINY = """

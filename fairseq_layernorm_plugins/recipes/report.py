@@ -5,7 +5,7 @@ recipes (methods), columns its depths; each cell is our BLEU (mean +- std over s
 beside the paper's reported number and the difference, using the metric the paper
 reports (``paper.compare`` in the recipe). Written as Markdown and CSV. Plots: per run
 the training and validation loss (and validation BLEU, with ``--eval-bleu``) per epoch,
-parsed from fairseq's ``--log-format json`` logs.
+read from fairseq's ``--log-format json`` logs (``curves.py``).
 """
 
 import argparse
@@ -13,14 +13,13 @@ import csv
 import io
 import json
 import logging
-import math
-import re
 import statistics
-from collections import Counter, defaultdict
+from collections import defaultdict
 from pathlib import Path
 from typing import NamedTuple
 
 from fairseq_layernorm_plugins.atomic import atomic_path, write_text
+from fairseq_layernorm_plugins.recipes.curves import read_log_curves
 
 
 def collect(paths):
@@ -125,102 +124,6 @@ def render(rows, table):
             )
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n", out.getvalue()
-
-
-def log_record(line):
-    """(kind, record) of one line of a fairseq ``--log-format json`` log, kind ``train_inner``,
-    ``train`` (end of epoch) or ``valid``; None for any other line."""
-    for kind in ("train_inner", "train", "valid"):
-        if f"| {kind} | {{" in line:
-            return kind, json.loads(line.split(f"| {kind} | ", 1)[1])
-    return None
-
-
-# fairseq.trainer's line when a run starts from a checkpoint (fairseq 0.12)
-LOADED_CHECKPOINT = re.compile(r"Loaded checkpoint .* \(epoch \d+ @ (\d+) updates\)")
-
-
-def read_log_curves(log_path):
-    """{"train": [{"epoch", "update", "loss", "wall", "wps", "loss_scale"}], "valid": [{"epoch", "update", "loss", "nll_loss", "bleu"}],
-    "end": {"update", "wall"}} from a fairseq json log; "epoch" is fractional (fairseq's progress
-    within the epoch), so validations every N updates fall where they happened; "end" is the
-    last update and wall-clock second logged (``train_inner`` or end-of-epoch ``train``); "wps" (target
-    words per second) and "loss_scale" (``--fp16`` only) are None where fairseq logged none.
-    A log that a resumed run appended to holds what followed its checkpoint twice: fairseq's
-    "Loaded checkpoint ... (epoch E @ U updates)" line drops what was logged after update U,
-    so the resumed run's telling stands."""
-    curves = {"train": [], "valid": [], "end": {"update": 0, "wall": 0.0}}
-    epoch_at = {}
-    for line in Path(log_path).read_text(errors="replace").splitlines():
-        if loaded := LOADED_CHECKPOINT.search(line):
-            for name in ("train", "valid"):
-                curves[name] = [r for r in curves[name] if r["update"] <= int(loaded[1])]
-            curves["end"]["update"] = min(curves["end"]["update"], int(loaded[1]))
-            continue
-        if (parsed := log_record(line)) is None:
-            continue
-        kind, record = parsed
-        if kind in ("train_inner", "train"):
-            inner = kind == "train_inner"
-            prefix = "" if inner else "train_"
-            update, wall = int(record[f"{prefix}num_updates"]), float(record[f"{prefix}wall"])
-            curves["end"] = {"update": max(update, curves["end"]["update"]), "wall": max(wall, curves["end"]["wall"])}
-            if inner:
-                epoch_at[update] = float(record["update"])  # fairseq logs epoch - 1 + progress here
-                curves["train"].append(
-                    {
-                        "epoch": epoch_at[update],
-                        "update": update,
-                        "loss": float(record["loss"]),
-                        "wall": wall,
-                        "wps": _optional(record.get("wps")),
-                        "loss_scale": _optional(record.get("loss_scale")),
-                    }
-                )
-        else:
-            update = int(record.get("valid_num_updates", 0))
-            bleu = record.get("valid_bleu")
-            curves["valid"].append(
-                {
-                    "epoch": _epoch_at(epoch_at, update, float(record["epoch"])),
-                    "update": update,
-                    "loss": float(record["valid_loss"]),
-                    "nll_loss": float(record.get("valid_nll_loss", "nan")),
-                    "bleu": None if bleu is None else float(bleu),
-                }
-            )
-    return curves
-
-
-def _optional(value):
-    return None if value is None else float(value)
-
-
-def _epoch_at(epoch_at, update, fallback):
-    """The fractional epoch of ``update``: logged, or extrapolated from the last logged
-    update before it within the same epoch (a validation at the end of training falls
-    between two ``train_inner`` lines); ``fallback`` when nothing was logged before it."""
-    if update in epoch_at:
-        return epoch_at[update]
-    before = [u for u in epoch_at if u < update and int(epoch_at[u]) == int(fallback) - 1]
-    if not before:
-        return fallback
-    last = max(before)
-    first = min(before)  # two points of this epoch give its epochs per update
-    per_update = (epoch_at[last] - epoch_at[first]) / (last - first) if last > first else 0.0
-    return min(epoch_at[last] + (update - last) * per_update, fallback)
-
-
-def unigram_bits(data, target="en"):
-    """Entropy (bits per token, end of sentence included) of the training targets' unigram
-    distribution: the validation loss of a model that learned only word frequencies."""
-    counts = Counter()
-    lines = Path(data, f"train.{target}").read_text(encoding="utf-8").splitlines()
-    for line in lines:
-        counts.update(line.split())
-    counts["</s>"] = len(lines)
-    total = sum(counts.values())
-    return -sum(n / total * math.log2(n / total) for n in counts.values())
 
 
 def baseline_rows(run_dirs, baseline="postln"):

@@ -1,0 +1,125 @@
+"""A paper's claim at CPU scale, tested by a handful of training runs (``scripts/claims.py``
+defines the claims): runs of the Multi30k recipes (``configs/multi30k/<method>.yaml``) at one
+depth and width, trained with the same optimizer, peak learning rate and schedule family, each
+in RUNS/CLAIM/<run> beside the spec that decides its outcome (``experiment.open_run_dir``).
+
+A run's record (OUT.json) holds its spec, status (``experiment.status``), validation curve
+(NLL and greedy BLEU per validation), test BLEU, updates and training time. ``args`` below are
+``scripts/claims.py``'s options.
+"""
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from fairseq_layernorm_plugins.recipes import experiment
+from fairseq_layernorm_plugins.recipes.curves import unigram_bits
+
+BUDGET = ("updates", "validate_every", "max_tokens", "seed")  # with each run's spec: what makes runs comparable
+UNTIL_CONVERGED = ("patience",)  # part of the budget when set (> 0)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One training run of a claim: a Multi30k recipe with the claim's optimizer and schedule."""
+
+    label: str
+    method: str  # configs/multi30k/<method>.yaml
+    warmup: int = 0  # 0: no warm-up (the peak at once; decay after the claim's decay_after updates)
+    optimizer: str = "adam"
+    model: dict = field(default_factory=dict)  # model options on top of the recipe's
+
+    @property
+    def key(self):
+        return self.label.replace(" ", "_").replace("/", "-")
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A paper's claim and the runs that test it, at one depth and width (FFN 4 x width, 4
+    heads), one peak learning rate and schedule family."""
+
+    paper: str
+    statement: str
+    depth: str
+    width: int
+    lr: float
+    decay_after: int  # the no-warm-up runs' inverse-sqrt decay starts here (the warm-up runs' W)
+    runs: tuple
+    baseline: str  # the run whose final validation BLEU the others are timed against
+    model: dict = field(default_factory=dict)  # model options of every run (under each run's own)
+
+    def run(self, label):
+        return next(r for r in self.runs if r.label == label)
+
+
+def run_recipe(claim, run, args):
+    """The run's Recipe: configs/multi30k/<method>.yaml at the claim's depth, width, optimizer
+    and schedule, for ``args.updates`` updates."""
+    warmup = run.warmup or claim.decay_after
+    schedule = {"_name": "inverse_sqrt", "warmup_updates": warmup, "warmup_init_lr": 1e-7 if run.warmup else claim.lr}
+    model = {**claim.model, **({"init_style": args.init_style} if args.init_style else {}), **run.model}
+    return experiment.scaled_recipe(
+        f"multi30k/{run.method}",
+        claim.depth,
+        experiment.model_size(claim.width),
+        updates=args.updates,
+        tokens=args.max_tokens,
+        lr=[claim.lr],
+        log_interval=25,
+        # a stalled model writes to the length limit: keep its decoding short
+        generate={
+            "beam": 5,
+            "average_last": 1,
+            **({"checkpoint": "best"} if args.patience else {}),  # the lowest validation loss
+            "extra": ["--max-len-a", "1.2", "--max-len-b", "10"],
+        },
+        overrides={
+            "fairseq": {"optimizer": experiment.adam(run.optimizer), "optimization": {"max_epoch": 0}, "model": model}
+        },
+        schedule=schedule,  # the recipe's whole schedule replaced (e.g. T-Fixup's decay_period)
+    )
+
+
+def run_spec(claim, run, args):
+    """(Recipe, spec): the spec is everything that decides the run's outcome (the run, its claim's
+    settings and the budget, the fairseq options); a run made with another spec is trained again."""
+    recipe = run_recipe(claim, run, args)  # its fairseq options hold the claim's depth, width, lr and schedule
+    return recipe, {"run": asdict(run), "claim": args.claim, "budget": budget(args), "fairseq": recipe.fairseq}
+
+
+def train_run(claim, run, args):
+    """Train (or resume) and evaluate one run; returns its record for OUT.json."""
+    recipe, spec = run_spec(claim, run, args)
+    run_dir = experiment.open_run_dir(claim_dir(args) / run.key, spec, run.label)
+    extra = experiment.validation_flags(args.validate_every, args.patience)
+    outcome = experiment.train_and_test(recipe, run_dir, args.data_dir, args.seed, extra)
+    curves = outcome.curves
+    record = {"label": run.label, "method": run.method, "optimizer": run.optimizer, "warmup": run.warmup, "spec": spec}
+    record.update({"error": outcome.error} if outcome.error else {})
+    record.update(
+        status=outcome.status(unigram_bits(args.data_dir)),
+        valid=[{"update": v["update"], "nll": v["nll_loss"], "bleu": v["bleu"]} for v in curves["valid"]],
+        train_loss=[(p["update"], p["loss"]) for p in curves["train"]],
+        test_bleu=outcome.bleu,
+        updates=curves["end"]["update"],
+        minutes=outcome.minutes,  # this call's, evaluation included
+        train_hours=round(curves["end"]["wall"] / 3600, 2),  # fairseq's wall clock, kept across resumes
+    )
+    if args.patience:
+        best = min(curves["valid"], key=lambda v: v["loss"], default=None)  # fairseq's checkpoint_best.pt
+        stopped = "early stop since valid performance" in (run_dir / "train.log").read_text(errors="replace")
+        record.update(best_update=best and best["update"], stopped_early=stopped)
+    return record
+
+
+def claim_dir(args, seed=None):
+    """RUNS/CLAIM, or RUNS/CLAIM-init-STYLE with ``--init-style``, then ``-seedN`` for a seed
+    (``args.seed`` unless given) other than 1, so that seeds never overwrite each other's runs."""
+    path = Path(args.runs) / (args.claim + (f"-init-{args.init_style}" if args.init_style else ""))
+    return experiment.seed_path(path, args.seed if seed is None else seed)
+
+
+def budget(args):
+    """What makes a claim's runs comparable (OUT.json holds one): the budget's options, and
+    ``--patience`` when set."""
+    return experiment.budget(args, BUDGET, UNTIL_CONVERGED)

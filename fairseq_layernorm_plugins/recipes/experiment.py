@@ -1,0 +1,383 @@
+"""The experiment harness of the scripts that train many small runs on a CPU or one GPU
+(``scripts/claims.py``, ``stability_grid.py``, ``main_job.py``, ``gpu/check.py``):
+
+* a scaled recipe: a method's recipe (``configs/multi30k/``, ``configs/iwslt14_mini/``) at a
+  depth and model width, with the experiment's optimizer, schedule and budget on top;
+* runs in parallel: ``--jobs N`` fairseq subprocesses at once, each with cores // N threads;
+* a run trained and tested, with its status: diverged, stalled or trained, by one rule;
+* resumable run directories (a run's spec.json, or its record once it is done) and results
+  files (OUT.json: the commands that made it, its budget, one record per finished run), so
+  that an interrupted experiment goes on where it stopped and runs made under another budget
+  are never mixed;
+* the benchmarks (``benchmarks/*.py --json``) run in a process of their own, their numbers read back.
+
+What a script adds is its definitions (which runs, what a record holds) and its report
+(``render.py``). Log curves are read by ``curves.py``; a paper's claim is ``claim.py``.
+"""
+
+import json
+import math
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+from typing import NamedTuple
+
+from fairseq_layernorm_plugins.atomic import write_json
+from fairseq_layernorm_plugins.recipes.config import Recipe, load_recipe, merge
+from fairseq_layernorm_plugins.recipes.curves import first_error, read_log_curves, training_summary
+from fairseq_layernorm_plugins.recipes.launch import Launch, data_bin, train
+
+REPO = Path(__file__).resolve().parents[2]  # the checkout (the package is installed editable)
+SHARED = REPO.parent / "shared" / "data"
+
+
+def model_size(width, ffn=None, heads=4):
+    """fairseq model options of one size in encoder and decoder: embeddings of ``width``, FFN
+    of ``ffn`` (default 4 x width, the papers' base ratio), ``heads`` attention heads."""
+    sizes = (("embed_dim", width), ("ffn_embed_dim", ffn or 4 * width), ("attention_heads", heads))
+    return {f"{stack}_{option}": value for option, value in sizes for stack in ("encoder", "decoder")}
+
+
+def adam(name="adam"):
+    """Optimizer group ``name`` (adam, radam) with the betas (0.9, 0.98) and weight decay 1e-4 of
+    the IWSLT14 recipes, the same for every method of an experiment."""
+    return {"_name": name, "adam_betas": "(0.9, 0.98)", "weight_decay": 0.0001}
+
+
+def scaled_recipe(
+    name, depth, size, *, updates, tokens, lr, log_interval, generate=None, overrides=None, schedule=None
+):
+    """Recipe ``name`` (``multi30k/preln``) at ``depth`` ("6L-6L"), model ``size``
+    (:func:`model_size`) and budget: ``updates`` updates of ``tokens`` tokens (one batch) at the
+    peak learning rate ``lr`` (fairseq's list), logged every ``log_interval`` updates, decoded
+    with the recipe's ``generate`` settings updated by ``generate``. ``overrides`` (recipe
+    keys: ``fairseq`` groups, ``precision``, ...) are deep-merged on top as over a recipe's base;
+    ``schedule``, when given, replaces the whole lr_scheduler group (e.g. T-Fixup's
+    decay_period goes)."""
+    recipe = load_recipe(name)
+    scale = {
+        "depths": {depth: {}},
+        "tokens_per_update": tokens,
+        "generate": generate or {},
+        "fairseq": {
+            "model": size,
+            "optimization": {"lr": lr, "max_update": updates},
+            "dataset": {"max_tokens": tokens},
+            "common": {"log_interval": log_interval},
+        },
+    }
+    data = merge(recipe.data, merge(scale, overrides or {}))
+    if schedule is not None:
+        data["fairseq"]["lr_scheduler"] = schedule
+    return Recipe(recipe.name, recipe.path, data).with_depth(depth)
+
+
+def validation_flags(every, patience=0):
+    """fairseq-train flags for validation every ``every`` updates with greedy, detokenised, cased
+    SacreBLEU on the validation set (the data is SentencePiece over untokenised text), keeping
+    the last such checkpoint; ``patience`` > 0: fairseq's ``--patience``, stopping once the
+    validation loss has not improved for that many validations in a row."""
+    return [
+        "--validate-interval-updates",
+        str(every),
+        "--save-interval-updates",
+        str(every),
+        "--keep-interval-updates",
+        "1",
+        "--eval-bleu",
+        "--eval-bleu-args",
+        json.dumps({"beam": 1, "max_len_a": 1.2, "max_len_b": 10}),
+        "--eval-bleu-detok",
+        "space",
+        "--eval-bleu-remove-bpe",
+        "sentencepiece",
+        "--no-progress-bar",
+    ] + (["--patience", str(patience)] if patience else [])
+
+
+def threads_per_job(jobs):
+    """The thread policy: each of ``jobs`` runs at once gets cores // jobs threads (at least 1),
+    through OMP_NUM_THREADS, which every fairseq subprocess inherits (a value already set is
+    kept). Two one-thread runs on 2 cores take as long per run as one two-thread run."""
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // jobs)))
+    return int(os.environ["OMP_NUM_THREADS"])
+
+
+def parallel(work, items, jobs):
+    """Yield (item, work(item)) for each of ``items`` as it finishes, ``jobs`` at once under
+    :func:`threads_per_job`; ``work`` runs fairseq subprocesses, so its threads only wait."""
+    threads_per_job(jobs)
+    with ThreadPoolExecutor(jobs) as pool:
+        futures = {pool.submit(work, item): item for item in items}
+        for future in as_completed(futures):
+            yield futures[future], future.result()
+
+
+def status(final_nll, unigram):
+    """A run's status from its final validation NLL (bits per token): "diverged" when not finite
+    (fairseq stopped on a NaN/inf loss), "stalled" when not below ``unigram`` (the unigram
+    entropy of the training targets, :func:`curves.unigram_bits`: the model learned word
+    frequencies at most), otherwise "trained"."""
+    return "diverged" if not math.isfinite(final_nll) else "stalled" if final_nll >= unigram else "trained"
+
+
+class Outcome(NamedTuple):
+    """What training and testing one run gave (:func:`train_and_test`)."""
+
+    curves: dict  # curves.read_log_curves of its train.log
+    bleu: float  # the test set's BLEU; 0.0 when fairseq stopped
+    error: str | None  # the first line of the error fairseq stopped with (NaN/inf loss), else None
+    minutes: float  # this call's, evaluation included
+
+    @property
+    def final_nll(self):
+        """The last validation's NLL (bits per token); NaN when fairseq stopped or never validated."""
+        valid = self.curves["valid"]
+        return valid[-1]["nll_loss"] if valid and self.error is None else math.nan
+
+    def status(self, unigram):
+        return status(self.final_nll, unigram)
+
+
+def run_training(recipe, run_dir, data, seed, extra=(), precision=None, cpu_workers=1):
+    """Train (or resume from its checkpoint_last.pt) ``recipe`` in ``run_dir`` on the prepared
+    corpus or data-bin ``data``, with fairseq's ``--seed``, the fairseq-train flags ``extra``,
+    ``precision`` (default the recipe's; fp32 on a CPU) and ``cpu_workers`` CPU processes (0: one
+    GPU). Returns None, or the error fairseq stopped with (a NaN/inf loss is a run's outcome,
+    not the experiment's failure): its first line, then the log's tail."""
+    run_dir = Path(run_dir)
+    launch = Launch(
+        recipe,
+        str(data_bin(data, recipe, REPO)),
+        str(run_dir / "checkpoints"),
+        cpu_workers=cpu_workers,
+        precision=precision,
+        seed=seed,
+        extra=list(extra),
+    )
+    try:
+        train(launch, run_dir)
+    except RuntimeError as err:  # fairseq stops on NaN/inf losses ("Minimum loss scale", FloatingPointError)
+        return str(err)
+    return None
+
+
+def train_and_test(recipe, run_dir, data, seed, extra, bleu="sacrebleu"):
+    """:func:`run_training` on one CPU process, then the test set translated by the recipe's
+    protocol (``evaluate.py``) and scored by ``bleu`` ("sacrebleu" or "tokenized")."""
+    from fairseq_layernorm_plugins.recipes.evaluate import evaluate
+
+    start = time.time()
+    error = run_training(recipe, run_dir, data, seed, extra)
+    try:
+        score = 0.0 if error else evaluate(run_dir, echo=lambda *a: None)["bleu"][bleu]["score"]
+    except RuntimeError as err:  # fairseq-generate failed
+        score, error = 0.0, str(err)
+    error = error and error.splitlines()[0]
+    return Outcome(read_log_curves(Path(run_dir) / "train.log"), score, error, round((time.time() - start) / 60, 2))
+
+
+def train_once(recipe, done, record, data, seed, extra=(), precision=None, cpu_workers=1, force=False, attach=None):
+    """A run trained once: ``record`` (what the caller knows of it) with what training ``recipe``
+    in the folder of the JSON file ``done`` gave (:func:`run_training`): "error" (only when
+    fairseq stopped: the log's line saying why, else the error's first line), "minutes", the
+    :func:`curves.training_summary` of its log and, under each key of ``attach``, the JSON file
+    the run wrote there. Written to ``done``; a later call returns that file's record unless
+    ``force``, which trains again from scratch."""
+    done = Path(done)
+    run_dir = done.parent
+    if done.is_file() and not force:
+        return json.loads(done.read_text())
+    if force:
+        shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+    start = time.time()
+    error = run_training(recipe, run_dir, data, seed, extra, precision, cpu_workers)
+    log = run_dir / "train.log"
+    record = {**record, **({"error": first_error(log) or error.splitlines()[0]} if error else {})}
+    record["minutes"] = round((time.time() - start) / 60, 2)
+    record |= training_summary(read_log_curves(log) if log.is_file() else {"train": [], "valid": []})
+    record |= {key: json.loads(path.read_text()) for key, path in (attach or {}).items() if path.is_file()}
+    write_json(done, record)
+    return record
+
+
+def test_scores(run_dir, cpu=None):
+    """The test set translated by the run's recipe protocol (``evaluate.py``): {"bleu": {metric:
+    score}, "sentences"}, or {"bleu_error": the first line of why not}."""
+    from fairseq_layernorm_plugins.recipes.evaluate import evaluate
+
+    try:
+        result = evaluate(run_dir, cpu=cpu, echo=lambda *a: None)
+    except (RuntimeError, ValueError) as err:
+        return {"bleu_error": str(err).splitlines()[0]}
+    return {"bleu": {k: v["score"] for k, v in result["bleu"].items()}, "sentences": result["sentences"]}
+
+
+def run_benchmark(script, argv, numbers):
+    """Run ``benchmarks/SCRIPT`` with ``argv`` in a process of its own (alone on the device:
+    timings), its measurements written to the JSON file ``numbers`` (its ``--json``); returns
+    {"command", then those numbers}, or {"command", "error": its output's last line}."""
+    numbers = Path(numbers)
+    numbers.unlink(missing_ok=True)  # an earlier call's numbers are not this one's
+    cmd = [sys.executable, str(REPO / "benchmarks" / script), *argv, "--json", str(numbers)]
+    print(f"[{Path(script).stem}] $ {shlex.join(cmd)}", flush=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode or not numbers.is_file():
+        return {
+            "command": shlex.join(cmd),
+            "error": ((proc.stdout + proc.stderr).strip().splitlines() or ["(no output)"])[-1],
+        }
+    return {"command": shlex.join(cmd), **json.loads(numbers.read_text())}
+
+
+def extends(previous, spec):
+    """Whether ``spec`` is ``previous`` trained for more updates: the same run in all else (its
+    "budget" and "fairseq" options but for the updates), under a schedule that does not depend
+    on the budget (inverse_sqrt), so that resuming the shorter run trains the longer one."""
+
+    def without_updates(s):
+        return {
+            **s,
+            "budget": {**s["budget"], "updates": None},
+            "fairseq": {**s["fairseq"], "optimization": {**s["fairseq"]["optimization"], "max_update": None}},
+        }
+
+    return (
+        spec["budget"]["updates"] > previous["budget"]["updates"]
+        and spec["fairseq"]["lr_scheduler"]["_name"] == "inverse_sqrt"
+        and without_updates(previous) == without_updates(spec)
+    )
+
+
+def open_run_dir(run_dir, spec, label):
+    """Make ``run_dir`` the directory of the run ``spec`` describes (everything that decides
+    its outcome, with its "budget" and "fairseq" options; written as spec.json): a run made
+    with the same spec, or a shorter one that ``spec`` :func:`extends` with a checkpoint to go
+    on from, is kept for fairseq to resume; one made with another spec is removed, so that the
+    run trains again from scratch."""
+    run_dir = Path(run_dir)
+    spec_file = run_dir / "spec.json"
+    previous = json.loads(spec_file.read_text()) if spec_file.exists() else spec
+    if previous != spec and extends(previous, spec) and (run_dir / "checkpoints" / "checkpoint_last.pt").exists():
+        print(
+            f"[{label}] budget extended from {previous['budget']['updates']} to {spec['budget']['updates']} updates: "
+            "resuming from its last checkpoint",
+            flush=True,
+        )
+    elif previous != spec:
+        print(f"[{label}] spec changed: training again from scratch", flush=True)
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_json(spec_file, spec)
+    return run_dir
+
+
+def budget(args, names, when_set=()):
+    """The options ``names`` of ``args`` that make an experiment's runs comparable, and those of
+    ``when_set`` that are set (so that results made before such an option existed keep theirs)."""
+    return {name: getattr(args, name) for name in names} | {
+        name: getattr(args, name) for name in when_set if getattr(args, name, 0)
+    }
+
+
+def command_line(script, argv=None):
+    """The command as typed (``argv``: its arguments; default this process's), for the report."""
+    return shlex.join(["python", script, *(sys.argv[1:] if argv is None else argv)])
+
+
+class Results:
+    """OUT.json of an experiment: the commands that made it, its budget and one record per
+    finished run (under ``kind``: "runs", "cells"), written again after each run. A later
+    command adds runs to it, under the same budget only (``earlier``: the values of budget
+    entries added since the file was written); it exits naming both budgets otherwise."""
+
+    def __init__(self, path, budget, command, kind="runs", earlier=None):
+        self.path, self.budget, self.kind = Path(path), budget, kind
+        previous = (
+            json.loads(self.path.read_text()) if self.path.exists() else {"commands": [], "budget": budget, kind: []}
+        )
+        made_with = {**(earlier or {}), **previous["budget"]}
+        if made_with != budget:
+            sys.exit(
+                f"error: {self.path} holds {kind} made with {made_with}, not {budget}; use another --out or remove it"
+            )
+        self.commands = previous["commands"] + ([command] if command not in previous["commands"] else [])
+        self.records = previous[kind]
+
+    def write(self, records):
+        write_json(self.path, {"commands": self.commands, "budget": self.budget, self.kind: list(records)})
+
+    def train(self, work, todo, jobs, done, key, describe):
+        """Run ``work`` on each of ``todo`` (:func:`parallel`), keeping its record in ``done`` under
+        ``key(item)`` and OUT.json up to date; prints "[n/N] describe(item, record)" as each ends."""
+        for n, (item, record) in enumerate(parallel(work, todo, jobs), 1):
+            done[key(item)] = record
+            print(f"[{n}/{len(todo)}] {describe(item, record)}", flush=True)
+            self.write(done.values())
+
+
+def seed_path(path, seed):
+    """``path`` for seed 1 (an experiment's first run), ``path-seedN`` for the others, so that
+    seeds never overwrite each other's runs or results."""
+    path = Path(path)
+    return path if seed == 1 else path.with_name(f"{path.name}-seed{seed}")
+
+
+def seed_results(out):
+    """{seed: results} of every seed whose OUT.json (seed 1) or OUT-seedN.json lies beside OUT."""
+    out = Path(out)
+    name = re.compile(re.escape(out.name) + r"(-seed[0-9]+)?\.json")
+    files = [f for f in sorted(out.parent.glob(f"{out.name}*.json")) if name.fullmatch(f.name)]
+    return {r["budget"]["seed"]: r for r in map(json.loads, map(Path.read_text, files))}
+
+
+def prepare_corpus(corpus, data, test_lines=0, raw_dir=None, download_dir=None, url=None, iwslt_dir=None):
+    """Prepare ``corpus`` in ``data`` as the main job does (nothing to do when up to date), so
+    that the scripts share one data directory: "multi30k" (``raw_dir`` default
+    ../shared/data/multi30k/task1_raw when present, else downloaded from ``url`` to
+    ``download_dir``, default data/downloads) or "iwslt14-mini" (from ``iwslt_dir``, default
+    ../shared/data/iwslt14); ``test_lines`` > 0: that many evenly spaced test lines. Returns its
+    stamp; exits with the one-line reason when the data cannot be had."""
+    from fairseq_layernorm_plugins.prepare import iwslt14_mini, multi30k
+    from fairseq_layernorm_plugins.prepare.textio import DataError
+
+    try:
+        if corpus == "multi30k":
+            return multi30k.prepare(
+                data,
+                raw_dir=raw_dir or multi30k.default_raw_dir(),
+                download_dir=str(download_dir or REPO / "data" / "downloads"),
+                url=url or multi30k.URL,
+                test_lines=test_lines or None,
+            )
+        return iwslt14_mini.prepare(iwslt_dir or SHARED / "iwslt14", data, test_lines=test_lines or None)
+    except DataError as err:
+        sys.exit(f"error: {err}")
+
+
+def device_facts(device, note=""):
+    """The machine an experiment ran on ("cuda" or "cpu"; ``note`` added to its name), with
+    torch's and Python's versions and the date."""
+    import datetime
+
+    import torch
+
+    facts = {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "python": sys.version.split()[0],
+        "date": datetime.date.today().isoformat(),
+    }
+    if device == "cuda":
+        facts["device"] = torch.cuda.get_device_name(0)
+        facts["memory_gib"] = round(torch.cuda.get_device_properties(0).total_memory / 2**30, 1)
+    else:
+        facts["device"] = f"CPU ({os.cpu_count()} cores, {torch.backends.cpu.get_cpu_capability()})"
+    facts["device"] += note
+    return facts

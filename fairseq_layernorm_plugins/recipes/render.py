@@ -1,0 +1,436 @@
+"""Markdown tables and matplotlib plots of the experiment scripts' results (the records
+their OUT.json holds; ``experiment.py``):
+
+* a claim (``scripts/claims.py``): per run its status, final validation NLL and BLEU, the
+  updates it took to the baseline's final validation BLEU and its test BLEU, with the
+  validation curves; over seeds, mean and spread with differences paired by seed;
+* the stability grid (``scripts/stability_grid.py``): method x (depth, lr, warm-up) cells,
+  table and heat map of the final validation NLL;
+* the GPU check (``scripts/gpu/check.py``): its parts' tables and the training losses.
+"""
+
+import math
+from pathlib import Path
+
+from fairseq_layernorm_plugins.atomic import atomic_path, write_text
+from fairseq_layernorm_plugins.recipes.experiment import seed_results
+from fairseq_layernorm_plugins.recipes.report import pyplot
+
+
+def number(value, digits=2):
+    """``value`` with ``digits`` decimals if a float, as it is otherwise, "" for None."""
+    return "" if value is None else f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
+def first_update_reaching(record, bleu):
+    """The first validated update whose BLEU is at least ``bleu`` (None if none)."""
+    return next((v["update"] for v in record["valid"] if v["bleu"] is not None and v["bleu"] >= bleu), None)
+
+
+def claim_progress(run, record):
+    """The line printed when a claim's run ends."""
+    last = record["valid"][-1] if record["valid"] else {}
+    return (
+        f"{record['label']}: {record['status']}, valid NLL {last.get('nll', float('nan')):.3f}, "
+        f"valid BLEU {number(last.get('bleu'))}, test BLEU {record['test_bleu']:.2f} ({record['minutes']} min)"
+    )
+
+
+def claim_report(claim_name, claim, records, commands, out, unigram):
+    """OUT.md (table: status, final validation NLL and BLEU, updates to the baseline's final
+    validation BLEU, test BLEU) and OUT.png (validation BLEU and NLL against updates) of the
+    runs of ``claim`` (``claim.Claim``); returns the markdown. ``unigram``: the stall threshold in bits."""
+    from fairseq_layernorm_plugins import models  # noqa: F401  (registers every method)
+    from fairseq_layernorm_plugins.methods import METHODS
+
+    order = [r.label for r in claim.runs]
+    records = sorted(records, key=lambda r: order.index(r["label"]))
+    base = next((r for r in records if r["label"] == claim.baseline and r["valid"]), None)
+    target = base["valid"][-1]["bleu"] if base else None
+    inits = sorted({r["spec"]["fairseq"]["model"].get("init_style", "(arch default)") for r in records})
+    lines = [
+        f"### {claim_name}: {claim.paper}",
+        "",
+        f"Claim: {claim.statement}",
+        "",
+        "Made by:",
+        "",
+        *[f"    {c}" for c in commands],
+        "",
+        f"Multi30k De-En, {claim.depth}, d={claim.width} (FFN {4 * claim.width}, 4 heads), peak lr {claim.lr:g}, "
+        f"no-warm-up runs decay after update {claim.decay_after}; validation: greedy SacreBLEU on 1,014 sentences; "
+        f"test: beam 5, SacreBLEU on test_2016_flickr. Stalled = final validation NLL not below the unigram "
+        f"entropy of the training targets ({unigram:.2f} bits). Initialisation (`--init-style`): {', '.join(inits)}.",
+        "",
+        *(converged_note(records) if any("stopped_early" in r for r in records) else []),
+        "| run | optimizer | warm-up | status | final valid NLL | final valid BLEU | best valid BLEU | "
+        f"updates to {target if target is None else f'{target:.1f}'} valid BLEU ({claim.baseline}) | test BLEU |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in records:
+        last = r["valid"][-1] if r["valid"] else {"nll": float("nan"), "bleu": None}
+        best = max((v["bleu"] for v in r["valid"] if v["bleu"] is not None), default=None)
+        reach = first_update_reaching(r, target) if target is not None else None
+        lines.append(
+            f"| {r['label']} | {r['optimizer']} | {r['warmup'] or 'none'} | {r['status']} | {last['nll']:.3f} | "
+            f"{number(last['bleu'])} | {number(best)} | {reach if reach is not None else 'not reached'} | "
+            f"{r['test_bleu']:.2f} |"
+        )
+
+    plt = pyplot()
+    fig, (ax_bleu, ax_nll) = plt.subplots(1, 2, figsize=(11, 4))
+    styles = ("-", "--", ":", "-.")
+    for r in records:
+        colour = METHODS[r["method"]].colour
+        style = styles[
+            (0 if r["optimizer"] == "adam" else 1)
+            + (2 if r["label"].endswith("no warm-up") or "w/o" in r["label"] else 0)
+        ]
+        updates = [v["update"] for v in r["valid"]]
+        ax_bleu.plot(updates, [v["bleu"] or 0.0 for v in r["valid"]], style, color=colour, label=r["label"], marker=".")
+        ax_nll.plot(updates, [v["nll"] for v in r["valid"]], style, color=colour, label=r["label"], marker=".")
+    if target is not None:
+        ax_bleu.axhline(target, color="grey", lw=0.6)
+    ax_nll.axhline(unigram, color="grey", lw=0.6, ls=":", label="unigram entropy")
+    ax_bleu.set(xlabel="updates", ylabel="validation BLEU (greedy)", title=f"{claim_name}: {claim.depth}")
+    ax_nll.set(xlabel="updates", ylabel="validation NLL (bits/token)", title="validation NLL")
+    ax_nll.legend(fontsize=7)
+    fig.tight_layout()
+    with atomic_path(f"{out}.png") as tmp:
+        fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    write_text(f"{out}.md", "\n".join(lines) + "\n")
+    return "\n".join(lines)
+
+
+def claim_seeds_report(claim_name, claim, first):
+    """FIRST-seeds.md and .png, once runs of the claim are made under more than one seed (FIRST is
+    seed 1's OUT): per run, its test BLEU per seed, mean and sample standard deviation of test BLEU,
+    final validation NLL and BLEU, and its test BLEU minus the baseline's, paired by seed (same
+    seed: same data order). Returns the markdown, or None with fewer than two seeds."""
+    from fairseq_layernorm_plugins.methods import METHODS
+
+    by_seed = {seed: {r["label"]: r for r in res["runs"]} for seed, res in sorted(seed_results(first).items())}
+    if len(by_seed) < 2:
+        return None
+    table = {
+        run.label: {seed: runs[run.label] for seed, runs in by_seed.items() if run.label in runs} for run in claim.runs
+    }
+    table = {label: seeds for label, seeds in table.items() if len(seeds) > 1}
+    base = table.get(claim.baseline, {})
+    lines = [
+        f"### {claim_name} over seeds: {claim.paper}",
+        "",
+        f"Each run as in {Path(first).name}.md, trained again with other `--seed`s (initialisation, dropout and "
+        f"data order). Mean ± sample standard deviation over seeds; the difference from {claim.baseline} is "
+        "paired by seed.",
+        "",
+        "| run | seeds | test BLEU per seed | test BLEU | final valid NLL | final valid BLEU | "
+        f"test BLEU − {claim.baseline}, per seed | mean difference |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for label, seeds in table.items():
+        final = [r["valid"][-1] if r["valid"] else {"nll": float("nan"), "bleu": None} for r in seeds.values()]
+        diffs = [r["test_bleu"] - base[seed]["test_bleu"] for seed, r in seeds.items() if seed in base]
+        paired = label != claim.baseline and len(diffs) > 1
+        per_seed = ", ".join(f"{r['test_bleu']:.2f}" for r in seeds.values())
+        lines.append(
+            f"| {label} | {', '.join(map(str, seeds))} | {per_seed} | "
+            f"{_spread([r['test_bleu'] for r in seeds.values()])} | {_spread([f['nll'] for f in final], 3)} | "
+            f"{_spread([f['bleu'] or 0.0 for f in final])} | "
+            f"{', '.join(f'{d:+.2f}' for d in diffs) if paired else ''} | {_spread(diffs, sign=True) if paired else ''} |"
+        )
+
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
+    for ax, value, name in zip(
+        axes, (lambda r: r["test_bleu"], lambda r: r["valid"][-1]["nll"]), ("test BLEU", "final validation NLL (bits)")
+    ):
+        for x, seeds in enumerate(table.values()):
+            values = [value(r) for r in seeds.values() if r["valid"]]
+            colour = METHODS[next(iter(seeds.values()))["method"]].colour
+            ax.scatter([x] * len(values), values, color=colour, s=18)
+            ax.hlines(sum(values) / len(values), x - 0.25, x + 0.25, color=colour)
+        ax.set_xticks(range(len(table)), list(table), rotation=20, fontsize=8)
+        ax.set(ylabel=name, title=f"{claim_name}: {claim.depth}, {len(by_seed)} seeds")
+    fig.tight_layout()
+    with atomic_path(f"{first}-seeds.png") as tmp:
+        fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    write_text(f"{first}-seeds.md", "\n".join(lines) + "\n")
+    return "\n".join(lines)
+
+
+def converged_note(records):
+    """Lines saying how each run trained to convergence (``--patience``): where it stopped, its
+    best update, its training time."""
+    budget = records[0]["spec"]["budget"]
+    lines = [
+        f"Trained until the validation loss did not improve for {budget['patience']} validations in a row "
+        f"(every {budget['validate_every']} updates and at every epoch end; at most {budget['updates']} updates); the test BLEU is "
+        "checkpoint_best.pt's (lowest validation loss).",
+        "",
+        "| run | stopped at update | best update | stopped by patience | training hours |",
+        "|---|---|---|---|---|",
+    ]
+    for r in records:
+        lines.append(
+            f"| {r['label']} | {r['updates']} | {r.get('best_update')} | {'yes' if r.get('stopped_early') else 'no (cap)'} | "
+            f"{r.get('train_hours', '')} |"
+        )
+    return lines + [""]
+
+
+def _spread(values, digits=2, sign=False):
+    """'mean ± sample sd' of ``values`` (the mean alone for one value)."""
+    mean = sum(values) / len(values)
+    text = f"{mean:{'+' if sign else ''}.{digits}f}"
+    if len(values) > 1:
+        sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+        text += f" ± {sd:.{digits}f}"
+    return text
+
+
+def grid_progress(key, cell):
+    """The line printed when a stability-grid cell ends (``key``: method, depth, lr, warm-up)."""
+    return (
+        f"{key}: {cell['status']}, valid NLL {cell['valid_nll']:.2f}, BLEU {cell['bleu']:.2f} ({cell['minutes']} min)"
+    )
+
+
+def grid_report(cells, commands, out, unigram):
+    """OUT.md (methods x (depth, lr, warm-up): final validation NLL / test BLEU, the status
+    where not trained; a hand-written "## Findings" section of an earlier OUT.md is kept) and
+    OUT.png (heat map of the final validation NLL); ``unigram``: the stall threshold in bits."""
+    import numpy as np
+
+    from fairseq_layernorm_plugins.methods import method_names
+
+    plt = pyplot()
+    columns = sorted(
+        {(c["depth"], c["lr"], c["warmup"]) for c in cells}, key=lambda k: (int(k[0].split("L")[0]), k[2] == 0, k[1])
+    )
+    order = method_names()
+    methods = sorted({c["method"] for c in cells}, key=lambda m: order.index(m) if m in order else len(order))
+    by = {(c["method"], c["depth"], c["lr"], c["warmup"]): c for c in cells}
+    header = ["method"] + [f"{d} lr {lr:g} {'warm-up' if w else 'no warm-up'}" for d, lr, w in columns]
+    lines = [
+        "# CPU-scale stability grid",
+        "",
+        "Made by:",
+        "",
+        *[f"    {c}" for c in commands],
+        "",
+        "Each cell: final validation NLL (bits per token) / tokenised BLEU on the test lines "
+        f"(greedy). **diverged** = NaN/inf; **stalled** = not below the unigram entropy of the training targets "
+        f"({unigram:.2f} bits).",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+    ]
+    grid = np.full((len(methods), len(columns)), np.nan)
+    for i, method in enumerate(methods):
+        row = [method]
+        for j, key in enumerate(columns):
+            cell = by.get((method, *key))
+            if cell is None:
+                row.append("")
+                continue
+            grid[i, j] = cell["valid_nll"] if cell["status"] != "diverged" else np.nan
+            row.append(
+                ("" if cell["status"] == "trained" else f"**{cell['status']}** ")
+                + f"{cell['valid_nll']:.2f} / {cell['bleu']:.2f}"
+            )
+        lines.append("| " + " | ".join(row) + " |")
+    previous = Path(f"{out}.md").read_text() if Path(f"{out}.md").exists() else ""
+    findings = previous[previous.index("\n## Findings") :] if "\n## Findings" in previous else ""  # hand-written, kept
+    write_text(f"{out}.md", "\n".join(lines) + "\n" + findings)
+    fig, ax = plt.subplots(figsize=(1.3 * len(columns) + 2, 0.5 * len(methods) + 2))
+    image = ax.imshow(grid, cmap="viridis_r", aspect="auto")
+    for i, method in enumerate(methods):
+        for j, key in enumerate(columns):
+            cell = by.get((method, *key))
+            if cell is not None:
+                ax.text(
+                    j,
+                    i,
+                    "X"
+                    if cell["status"] == "diverged"
+                    else f"{cell['valid_nll']:.2f}" + ("\nstalled" if cell["status"] == "stalled" else ""),
+                    ha="center",
+                    va="center",
+                    color="white" if cell["status"] == "trained" else "red",
+                    fontsize=7,
+                )
+    ax.set_xticks(
+        range(len(columns)), [f"{d}\nlr {lr:g}\n{'wu' if w else 'no wu'}" for d, lr, w in columns], fontsize=7
+    )
+    ax.set_yticks(range(len(methods)), methods)
+    fig.colorbar(image, label="final validation NLL, bits (X = diverged)")
+    ax.set_title("stability grid: final validation NLL")
+    fig.tight_layout()
+    with atomic_path(f"{out}.png") as tmp:
+        fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+
+
+def _training_table(records, title):
+    """Markdown lines of a check part's training runs (check.json records)."""
+    lines = [
+        f"### {title}",
+        "",
+        "| method | precision | updates | first -> last train loss | finite | falling | valid loss | loss scale min / last "
+        "| words/s | BLEU tok | SacreBLEU |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in records:
+        if "error" in r:
+            lines.append(
+                f"| {r['label']} | {r['precision']} | {r.get('updates', '')} | **failed**: {r['error']} | | | | | | | |"
+            )
+            continue
+        scale = f"{number(r['loss_scale_min'], 4)} / {number(r['loss_scale_last'], 4)}" if r["loss_scale"] else "n/a"
+        bleu = r.get("bleu", {})
+        lines.append(
+            f"| {r['label']} | {r['precision']} | {r['updates']} | {number(r['first_loss'])} -> {number(r['last_loss'])} | "
+            f"{'yes' if r['finite'] else '**no**'} | {'yes' if r['falling'] else '**no**'} | {number(r['valid_loss'])} | {scale} | "
+            f"{number(r['wps'], 0)} | {number(bleu.get('tokenized'))} | {number(bleu.get('sacrebleu'))} |"
+        )
+    return lines + [""]
+
+
+def omega_rows(records, tolerance):
+    """The GPU check's part b: per half-precision Admin run (check.json records) the largest
+    relative difference between its profiled omegas and the fp32 run's of the same seed and
+    batch, and whether every omega is within ``tolerance``."""
+    reference = next((r for r in records if r["part"] == "b" and "admin_profile" in r), None)
+    rows = []
+    for r in records:
+        if r["part"] != "a" or r["method"] != "admin":
+            continue
+        row = {"precision": r["precision"], "reference": reference and reference["name"]}
+        if reference is None or "admin_profile" not in r:
+            row["error"] = "no profile" if reference else "no fp32 reference profile"
+        else:
+            diffs = [
+                abs(x["omega"] - y["omega"]) / abs(y["omega"])
+                for stack in ("encoder", "decoder")
+                for x, y in zip(r["admin_profile"][stack], reference["admin_profile"][stack])
+            ]
+            count = sum(len(reference["admin_profile"][s]) for s in ("encoder", "decoder"))
+            row.update(
+                omegas=count,
+                compared=len(diffs),
+                max_rel_diff=max(diffs) if diffs else None,
+                equal=len(diffs) == count and max(diffs) <= tolerance,
+            )
+        rows.append(row)
+    return rows
+
+
+def check_report(report, tolerance):
+    """check.md from the report dict (check.json); ``tolerance``: part b's relative omega tolerance."""
+    facts = report["facts"]
+    lines = [
+        "# Mixed-precision check",
+        "",
+        f"Device: {facts['device']}; torch {facts['torch']} (CUDA {facts['cuda']}), Python {facts['python']}; "
+        f"{facts['date']}; {report['minutes']:.1f} min.",
+        "",
+        "Command:",
+        "",
+        f"    {report['command']}",
+        "",
+        "Loss values: fairseq's label-smoothed loss in bits; first / last: means over the first and last quarter of the "
+        f"logged intervals. BLEU on the {report.get('sentences', '')} IWSLT14-mini test lines, beam "
+        f"{dict(report['budget']['generate']).get('beam', 5)}, last checkpoint.",
+        "",
+    ]
+    by_part = {p: [r for r in report["runs"] if r["part"] == p] for p in "abd"}
+    if by_part["a"]:
+        lines += _training_table(by_part["a"], "a. Every method, mixed precision")
+    if report.get("omegas") is not None:
+        lines += [
+            "### b. Admin's omegas under half precision vs fp32",
+            "",
+            "| precision | omegas compared | max relative difference | equal |",
+            "|---|---|---|---|",
+        ]
+        for row in report["omegas"]:
+            lines.append(
+                f"| {row['precision']} | {row.get('compared', '')} | {number(row.get('max_rel_diff'), 8) if 'error' not in row else row['error']} | "
+                f"{'yes' if row.get('equal') else '**no**'} |"
+            )
+        lines += ["", f"Equal means within {tolerance:g} relative.", ""]
+    for bench in report.get("throughput", []):
+        lines += [
+            f"### c. Throughput vs fairseq `transformer`, {bench['precision']} ({bench['device']})",
+            "",
+            f"    {bench['command']}",
+            "",
+        ]
+        if "error" in bench:
+            lines += [f"**failed**: {bench['error']}", ""]
+            continue
+        lines += [
+            f"Baseline: {bench.get('baseline_wps', '?')} words/s.",
+            "",
+            "| arch | speed ratio (median) | spread | peak memory ratio |",
+            "|---|---|---|---|",
+        ]
+        for arch, row in bench["archs"].items():
+            lines.append(
+                f"| {arch} | {row['speed_ratio']:.3f} | {row['spread'][0]:.3f}-{row['spread'][1]:.3f} | {number(row['memory_ratio'], 3)} |"
+            )
+        lines.append("")
+    for bench in report.get("decoding", []):
+        lines += [f"### f. Beam search with `--fused-attention`, {bench['precision']} ({bench['device']})", ""]
+        lines += [f"    {bench['command']}", ""]
+        if "error" in bench:
+            lines += [f"**failed**: {bench['error']}", ""]
+            continue
+        lines += [
+            f"fairseq's attention: {bench['stock_sentences_per_s']:.1f} sentences/s; `--fused-attention`: "
+            f"speed ratio {bench['speed_ratio']:.3f} (spread {bench['spread'][0]:.3f}-{bench['spread'][1]:.3f}); "
+            f"the same translation for {bench['same']} of {bench['sentences']} sentences.",
+            "",
+        ]
+    if by_part["d"]:
+        lines += _training_table(
+            by_part["d"],
+            f"d. {by_part['d'][0]['layers']}L-{by_part['d'][0]['layers']}L, {by_part['d'][0]['precision']}, same budget",
+        )
+    return "\n".join(lines)
+
+
+def check_files(report, out, tolerance, methods):
+    """OUT/check.md (:func:`check_report`) and OUT/check.png (:func:`check_plot`); returns the markdown."""
+    markdown = check_report(report, tolerance)
+    write_text(Path(out) / "check.md", markdown + "\n")
+    check_plot(report, Path(out) / "check.png", methods)
+    return markdown
+
+
+def check_plot(report, path, methods):
+    """PATH (PNG): training loss per update of parts a and d, a colour per method (its index in
+    ``methods``) and a line style per precision; None without training curves."""
+    groups = [(p, [r for r in report["runs"] if r["part"] == p and r.get("train_loss")]) for p in "ad"]
+    groups = [(p, rs) for p, rs in groups if rs]
+    if not groups:
+        return None
+    plt = pyplot()
+    fig, axes = plt.subplots(1, len(groups), figsize=(6.5 * len(groups), 4.5), squeeze=False)
+    for ax, (part, records) in zip(axes[0], groups):
+        for r in records:
+            style = {"bf16": "--", "fp32": ":"}.get(r["precision"], "-")
+            color = f"C{methods.index(r['method'])}"  # one colour per method, one line style per precision
+            ax.plot(r["train_updates"], r["train_loss"], style, color=color, label=f"{r['label']} {r['precision']}")
+        ax.set_xlabel("update")
+        ax.set_ylabel("training loss (bits)")
+        ax.set_title(f"{'a' if part == 'a' else 'd'}. {records[0]['layers']}L-{records[0]['layers']}L")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    return path

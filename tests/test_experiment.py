@@ -1,0 +1,164 @@
+"""The experiment harness (recipes/experiment.py) by itself: the status rule at its boundaries,
+the thread policy, parallel runs, scaled recipes, resumable run directories and results files."""
+
+import json
+import math
+import threading
+import time
+
+import pytest
+
+from fairseq_layernorm_plugins.recipes import experiment
+from fairseq_layernorm_plugins.recipes.curves import first_error
+
+UNIGRAM = 8.07  # bits: the unigram entropy of Multi30k's training targets (docs/claims.md)
+
+
+@pytest.mark.parametrize(
+    "nll, expected",
+    [
+        (math.nan, "diverged"),
+        (math.inf, "diverged"),
+        (UNIGRAM + 7, "stalled"),
+        (UNIGRAM, "stalled"),  # not below the unigram entropy: word frequencies at most
+        (math.nextafter(UNIGRAM, 0), "trained"),
+        (3.5, "trained"),
+    ],
+)
+def test_status_rule_at_its_boundaries(nll, expected):
+    assert experiment.status(nll, UNIGRAM) == expected
+
+
+def test_outcome_of_a_run_that_stopped_is_diverged_whatever_it_validated():
+    curves = {"valid": [{"nll_loss": 9.0}, {"nll_loss": 4.0}], "train": []}
+    assert experiment.Outcome(curves, 30.0, None, 1.0).status(UNIGRAM) == "trained"
+    assert experiment.Outcome(curves, 0.0, "FloatingPointError", 1.0).status(UNIGRAM) == "diverged"
+    assert experiment.Outcome({"valid": [], "train": []}, 0.0, None, 1.0).status(UNIGRAM) == "diverged"
+
+
+@pytest.mark.parametrize("cores, jobs, threads", [(16, 1, 16), (16, 3, 5), (2, 2, 1), (2, 4, 1), (None, 2, 1)])
+def test_thread_policy_gives_each_job_its_share_of_the_cores(cores, jobs, threads, monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(experiment.os, "cpu_count", lambda: cores)
+    assert experiment.threads_per_job(jobs) == threads and experiment.os.environ["OMP_NUM_THREADS"] == str(threads)
+    assert experiment.threads_per_job(1) == threads  # set once: the first policy stands
+
+
+def test_thread_policy_keeps_a_users_setting(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert experiment.threads_per_job(2) == 3
+
+
+def test_parallel_runs_every_item_at_most_jobs_at_once(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    lock, running, most = threading.Lock(), [0], [0]
+
+    def work(item):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.05)
+        with lock:
+            running[0] -= 1
+        return item * item
+
+    assert dict(experiment.parallel(work, range(6), jobs=2)) == {i: i * i for i in range(6)}
+    assert most[0] == 2
+
+
+def test_model_size_is_one_dict_for_both_stacks():
+    assert experiment.model_size(64) == {
+        "encoder_embed_dim": 64,
+        "decoder_embed_dim": 64,
+        "encoder_ffn_embed_dim": 256,
+        "decoder_ffn_embed_dim": 256,
+        "encoder_attention_heads": 4,
+        "decoder_attention_heads": 4,
+    }
+    assert experiment.model_size(64, ffn=128, heads=2)["decoder_ffn_embed_dim"] == 128
+
+
+def test_scaled_recipe_sets_depth_size_and_budget_and_replaces_a_schedule_whole():
+    scale = dict(updates=40, tokens=512, lr=[2e-3], log_interval=5)
+    size = experiment.model_size(32)
+    merged = experiment.scaled_recipe(
+        "multi30k/tfixup", "3L-3L", size, **scale, overrides={"fairseq": {"lr_scheduler": {"warmup_updates": 7}}}
+    )
+    groups = merged.fairseq
+    assert merged.data["depth"] == "3L-3L" and (
+        groups["model"]["encoder_layers"],
+        groups["model"]["decoder_layers"],
+    ) == (3, 3)
+    assert {k: groups["model"][k] for k in size} == size and groups["model"]["tfixup_qkv_bias"] == "zero"
+    assert groups["optimization"]["lr"] == [2e-3] and groups["optimization"]["max_update"] == 40
+    assert merged.tokens_per_update == groups["dataset"]["max_tokens"] == 512 and groups["common"]["log_interval"] == 5
+    assert groups["lr_scheduler"]["decay_period"] == 300 and groups["lr_scheduler"]["warmup_updates"] == 7  # merged
+    schedule = {"_name": "inverse_sqrt", "warmup_updates": 7, "warmup_init_lr": 2e-3}
+    replaced = experiment.scaled_recipe("multi30k/tfixup", "3L-3L", size, **scale, schedule=schedule)
+    assert replaced.fairseq["lr_scheduler"] == schedule  # T-Fixup's decay_period gone
+
+
+def spec(updates, scheduler="inverse_sqrt", lr=1e-3):
+    fairseq = {"lr_scheduler": {"_name": scheduler}, "optimization": {"lr": [lr], "max_update": updates}}
+    return {"run": {"label": "r"}, "budget": {"updates": updates, "seed": 1}, "fairseq": fairseq}
+
+
+def test_a_run_directory_is_kept_for_its_spec_or_a_longer_budget_and_removed_otherwise(tmp_path, capsys):
+    run_dir = tmp_path / "r"
+    experiment.open_run_dir(run_dir, spec(4), "r")
+    (run_dir / "train.log").write_text("kept")
+    experiment.open_run_dir(run_dir, spec(4), "r")
+    assert (run_dir / "train.log").exists()
+
+    experiment.open_run_dir(run_dir, spec(6), "r")  # longer, but nothing to go on from
+    assert "spec changed" in capsys.readouterr().out and not (run_dir / "train.log").exists()
+    assert json.loads((run_dir / "spec.json").read_text()) == spec(6)
+
+    (run_dir / "checkpoints").mkdir()
+    (run_dir / "checkpoints" / "checkpoint_last.pt").write_text("")
+    experiment.open_run_dir(run_dir, spec(8), "r")
+    assert "budget extended from 6 to 8 updates" in capsys.readouterr().out
+    assert (run_dir / "checkpoints" / "checkpoint_last.pt").exists()
+
+    assert not experiment.extends(spec(8), spec(10, scheduler="cosine"))  # its schedule depends on the budget
+    assert not experiment.extends(spec(8), spec(10, lr=2e-3)) and not experiment.extends(spec(8), spec(6))
+    experiment.open_run_dir(run_dir, spec(10, lr=2e-3), "r")
+    assert "spec changed" in capsys.readouterr().out and not (run_dir / "checkpoints").exists()
+
+
+def test_results_file_keeps_its_budget_and_the_commands_that_made_it(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    path = tmp_path / "out.json"
+    results = experiment.Results(path, {"updates": 4}, "first", "cells")
+    done = {}
+    results.train(lambda item: {"item": item}, ["a", "b"], 2, done, lambda item: item, lambda i, r: f"{i} done")
+    lines = capsys.readouterr().out.splitlines()  # one line per run as it ends, in either order
+    assert [line[:6] for line in lines] == ["[1/2] ", "[2/2] "] and {line[6:] for line in lines} == {"a done", "b done"}
+    written = json.loads(path.read_text())
+    assert written["commands"] == ["first"] and written["budget"] == {"updates": 4}
+    assert sorted(r["item"] for r in written["cells"]) == ["a", "b"]
+
+    again = experiment.Results(path, {"updates": 4}, "first", "cells")
+    assert again.commands == ["first"] and len(again.records) == 2
+    assert experiment.Results(path, {"updates": 4}, "second", "cells").commands == ["first", "second"]
+    # a budget entry added since the file was written: its value then is ``earlier``'s
+    grown = experiment.Results(path, {"updates": 4, "optimizer": "adam"}, "c", "cells", earlier={"optimizer": "adam"})
+    assert len(grown.records) == 2
+    with pytest.raises(SystemExit, match=r"out\.json holds cells made with \{'updates': 4\}, not \{'updates': 5\}"):
+        experiment.Results(path, {"updates": 5}, "third", "cells")
+
+
+def test_seeds_have_their_own_paths_and_results(tmp_path):
+    first = tmp_path / "toy"
+    assert experiment.seed_path(first, 1) == first and experiment.seed_path(first, 2) == tmp_path / "toy-seed2"
+    for name, seed in (("toy", 1), ("toy-seed2", 2), ("toy-init-paper", 7)):
+        (tmp_path / f"{name}.json").write_text(json.dumps({"budget": {"seed": seed}}))
+    assert sorted(experiment.seed_results(first)) == [1, 2]  # toy-init-paper is another experiment
+
+
+def test_first_error_names_why_fairseq_stopped(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("| train_inner | {}\nFloatingPointError: Minimum loss scale reached (0.0001).\nTraceback\n")
+    assert first_error(log) == "FloatingPointError: Minimum loss scale reached (0.0001)."
+    log.write_text("| train_inner | {}\ndone training\n")
+    assert first_error(log) is None
