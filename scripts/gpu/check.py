@@ -17,6 +17,7 @@ a. every method (Post-LN, Pre-LN, Admin, T-Fixup, B2T, B2T w/o LN, DeepNet) at 6
 b. Admin's omegas profiled in the fp16 (and bf16) runs equal those of an fp32 run of the
    same seed and batch (profiling happens before fairseq converts the model to half);
 c. ``benchmarks/throughput.py`` in fp16 and bf16: speed and peak-memory ratio of each arch
+   with an IWSLT14-mini recipe (the methods of parts a and d)
    against fairseq's ``transformer``, one process per precision (run alone on the GPU);
 d. 18L-18L Post-LN, Admin, B2T and Pre-LN in fp16 for the same budget;
 e. fairseq-generate + BLEU (tokenised and SacreBLEU) on the test set for every model of a and d;
@@ -254,7 +255,10 @@ def main(argv=None):
     facts = experiment.device_facts(args.device, ", dry run" if args.dry_run else "")
     report = {"facts": facts, "command": command, "budget": budget.__dict__, "runs": []}
     if "c" in args.parts:  # alone on the device: timings
-        report["throughput"] = [benchmark("c", "throughput.py", p, args, *budget.bench) for p in budget.precisions]
+        archs = ["--archs", *(REGISTRY[name].model for name in METHODS if name in REGISTRY and name != "postln")]
+        report["throughput"] = [
+            benchmark("c", "throughput.py", p, args, *budget.bench, *archs) for p in budget.precisions
+        ]
     runs = plan(args.parts, budget)
     trained = dict(experiment.parallel(lambda run: train_run(run, args), runs, args.jobs))
     if "e" in args.parts:
