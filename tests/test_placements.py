@@ -150,10 +150,8 @@ def test_residual_adds_the_normalised_sum_of_every_branch_at_the_top(tiny_data_b
     assert encoder.layer_norm.norm.eps == 1e-7 and encoder.layer_norm.stream.total is None  # nothing kept
 
 
-def test_residual_decodes_incrementally_as_in_one_pass(tiny_data_bin):
-    """Step-by-step decoding (fairseq's incremental state) gives the one-pass outputs: the dual
-    stream starts again at every call."""
-    model = built(tiny_data_bin, "transformer_residual")
+def assert_decodes_incrementally_as_in_one_pass(model):
+    """Step-by-step decoding (fairseq's incremental state) gives the one-pass outputs."""
     src, prev = torch.tensor([[5, 6, 7, 2]]), torch.tensor([[2, 8, 9, 10]])
     with torch.no_grad():
         encoder_out = model.encoder(src, src_lengths=torch.tensor([4]))
@@ -162,6 +160,12 @@ def test_residual_decodes_incrementally_as_in_one_pass(tiny_data_bin):
         for t in range(prev.shape[1]):
             steps.append(model.decoder(prev[:, : t + 1], encoder_out=encoder_out, incremental_state=state)[0])
     torch.testing.assert_close(torch.cat(steps, dim=1), whole, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("arch", ["transformer_residual", "transformer_dlcl"])
+def test_state_between_layers_decodes_incrementally_as_in_one_pass(tiny_data_bin, arch):
+    """ResiDual's dual stream and DLCL's history start again at every call."""
+    assert_decodes_incrementally_as_in_one_pass(built(tiny_data_bin, arch))
 
 
 def test_dlcl_feeds_each_layer_a_learned_sum_of_every_earlier_output(tiny_data_bin):
@@ -187,15 +191,3 @@ def test_dlcl_feeds_each_layer_a_learned_sum_of_every_earlier_output(tiny_data_b
         got = encoder(tokens, src_lengths=torch.tensor([5, 4]))["encoder_out"][0]
     torch.testing.assert_close(got, expected)
     assert history.outputs == [] and history.weights.requires_grad
-
-
-def test_dlcl_decodes_incrementally_as_in_one_pass(tiny_data_bin):
-    model = built(tiny_data_bin, "transformer_dlcl")
-    src, prev = torch.tensor([[5, 6, 7, 2]]), torch.tensor([[2, 8, 9, 10]])
-    with torch.no_grad():
-        encoder_out = model.encoder(src, src_lengths=torch.tensor([4]))
-        whole = model.decoder(prev, encoder_out=encoder_out)[0]
-        state, steps = {}, []
-        for t in range(prev.shape[1]):
-            steps.append(model.decoder(prev[:, : t + 1], encoder_out=encoder_out, incremental_state=state)[0])
-    torch.testing.assert_close(torch.cat(steps, dim=1), whole, rtol=1e-5, atol=1e-5)
