@@ -102,11 +102,10 @@ class PluginModelMixin:
 
     @classmethod
     def forbidden_flags(cls):
-        """{arg name: why}: the method's :attr:`incompatible_flags`, and the Pre-LN flags for a
-        Post-LN family (``register_arch_family(..., normalize_before=False)``)."""
+        """{arg name: why}: the method's :attr:`incompatible_flags`, and what its family's
+        placement refuses (``ArchFamily.forbidden_flags``)."""
         family = cls.families.get(registered_name(cls, cls.families))
-        post_ln = POST_LN_ONLY if family is not None and family.normalize_before is False else {}
-        return {**post_ln, **cls.incompatible_flags}
+        return {**(family.forbidden_flags if family is not None else {}), **cls.incompatible_flags}
 
     @classmethod
     def method_args(cls, args):

@@ -9,6 +9,7 @@ from fairseq.models import MODEL_REGISTRY, register_model_architecture
 
 NORM_PLACEMENT = ("encoder_normalize_before", "decoder_normalize_before")
 POST_LN_ONLY = dict.fromkeys(NORM_PLACEMENT, "the method is Post-LN")
+PRE_LN_FINAL_NORM = {"no_decoder_final_norm": "the method is Pre-LN: it keeps the decoder's final LayerNorm"}
 
 
 @dataclass(frozen=True)
@@ -16,7 +17,8 @@ class ArchFamily:
     """A method's architecture defaults: ``defaults(args)`` sets its own options (written as
     ``args.x = getattr(args, "x", default)``, so command-line flags win); ``normalize_before``
     is where its LayerNorms sit, stated once: False for the Post-LN family (``--encoder/decoder-
-    normalize-before`` then refused), True for Pre-LN, None to leave fairseq's default."""
+    normalize-before`` then refused), True for the Pre-LN family (with its final LayerNorms at
+    every size, ``--no-decoder-final-norm`` refused), None to leave fairseq's default."""
 
     defaults: Callable
     normalize_before: bool | None = None
@@ -26,7 +28,14 @@ class ArchFamily:
         if self.normalize_before is not None:
             for name in NORM_PLACEMENT:
                 setattr(args, name, getattr(args, name, self.normalize_before))
+        if self.normalize_before:  # fairseq's _wiki103 LM size drops the final norm; the family keeps it
+            args.no_decoder_final_norm = getattr(args, "no_decoder_final_norm", False)
         self.defaults(args)
+
+    @property
+    def forbidden_flags(self):
+        """{arg name: why} the placement refuses."""
+        return {False: POST_LN_ONLY, True: PRE_LN_FINAL_NORM}.get(self.normalize_before, {})
 
     @property
     def __doc__(self):

@@ -123,7 +123,6 @@ class DLCLModel:
     incompatible_flags = {
         "encoder_layerdrop": "every layer's output is part of the history",
         "decoder_layerdrop": "every layer's output is part of the history",
-        "no_decoder_final_norm": "DLCL's output is normalised (LN_final)",
     }
 
     def __prepare_scriptable__(self):
@@ -150,7 +149,6 @@ class TransformerDLCLLanguageModel(DLCLModel, PluginTransformerLanguageModel):
 
 def dlcl_defaults(args):
     """DLCL (Wang et al. 2019): each layer's input a learned sum of every earlier LN'd output."""
-    args.no_decoder_final_norm = getattr(args, "no_decoder_final_norm", False)
 
 
 ARCHS = register_arch_family("transformer_dlcl", dlcl_defaults, normalize_before=True)

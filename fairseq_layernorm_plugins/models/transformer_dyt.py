@@ -56,8 +56,6 @@ class DyTDecoderLayer(DyTLayerMixin, PluginDecoderLayer):
 class DyTModel:
     """What DyT adds to a model of any kind: its option."""
 
-    incompatible_flags = {"no_decoder_final_norm": "DyT replaces Pre-LN's final LayerNorm, it keeps it"}
-
     @staticmethod
     def add_method_args(parser):
         parser.add_argument(
@@ -84,7 +82,6 @@ class TransformerDyTLanguageModel(DyTModel, PluginTransformerLanguageModel):
 
 def dyt_defaults(args):
     """DyT (Zhu et al. 2025): Pre-LN with every LayerNorm a Dynamic Tanh."""
-    args.no_decoder_final_norm = getattr(args, "no_decoder_final_norm", False)
     args.dyt_alpha_init = getattr(args, "dyt_alpha_init", None)
 
 

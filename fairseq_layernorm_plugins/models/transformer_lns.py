@@ -41,16 +41,12 @@ class LNSDecoderLayer(LNSLayerMixin, PluginDecoderLayer):
     """LayerNorm Scaling's decoder layer."""
 
 
-FINAL_NORM = {"no_decoder_final_norm": "LayerNorm Scaling keeps Pre-LN's final LayerNorm"}
-
-
 @register_model("transformer_lns")
 class TransformerLNSModel(PluginTransformerModel):
     """Pre-LN encoder-decoder Transformer with LayerNorm Scaling."""
 
     encoder_layer_cls = LNSEncoderLayer
     decoder_layer_cls = LNSDecoderLayer
-    incompatible_flags = FINAL_NORM
 
 
 @register_model("transformer_lm_lns")
@@ -58,12 +54,10 @@ class TransformerLNSLanguageModel(PluginTransformerLanguageModel):
     """Pre-LN decoder-only language model with LayerNorm Scaling."""
 
     decoder_layer_cls = LNSDecoderLayer
-    incompatible_flags = FINAL_NORM
 
 
 def lns_defaults(args):
     """LayerNorm Scaling (Sun et al. 2025): Pre-LN, layer l's norms scaled by 1/sqrt(l)."""
-    args.no_decoder_final_norm = getattr(args, "no_decoder_final_norm", False)
 
 
 ARCHS = register_arch_family("transformer_lns", lns_defaults, normalize_before=True)

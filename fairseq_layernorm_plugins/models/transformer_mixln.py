@@ -51,8 +51,6 @@ class MixLNDecoderLayer(MixLNLayerMixin, PluginDecoderLayer):
 class MixLNModel:
     """What Mix-LN adds to a model of any kind: its option."""
 
-    incompatible_flags = {"no_decoder_final_norm": "Mix-LN keeps Pre-LN's final LayerNorm"}
-
     @staticmethod
     def add_method_args(parser):
         parser.add_argument(
@@ -80,7 +78,6 @@ class TransformerMixLNLanguageModel(MixLNModel, PluginTransformerLanguageModel):
 
 def mixln_defaults(args):
     """Mix-LN (Li et al. 2024): Post-LN in the first floor(0.25 L) layers, Pre-LN above."""
-    args.no_decoder_final_norm = getattr(args, "no_decoder_final_norm", False)
     args.mixln_post_layers = getattr(args, "mixln_post_layers", None)
 
 

@@ -59,7 +59,6 @@ class TransformerPeriLNModel(PluginTransformerModel):
 
     encoder_layer_cls = PeriLNEncoderLayer
     decoder_layer_cls = PeriLNDecoderLayer
-    incompatible_flags = {"no_decoder_final_norm": "Peri-LN keeps Pre-LN's final LayerNorm"}
 
 
 @register_model("transformer_lm_periln")
@@ -67,12 +66,10 @@ class TransformerPeriLNLanguageModel(PluginTransformerLanguageModel):
     """Peri-LN decoder-only language model."""
 
     decoder_layer_cls = PeriLNDecoderLayer
-    incompatible_flags = TransformerPeriLNModel.incompatible_flags
 
 
 def periln_defaults(args):
     """Peri-LN / Sandwich-LN (Kim et al. 2025; Ding et al. 2021): x + LN(f(LN(x)))."""
-    args.no_decoder_final_norm = getattr(args, "no_decoder_final_norm", False)
 
 
 ARCHS = register_arch_family("transformer_periln", periln_defaults, normalize_before=True)

@@ -14,14 +14,10 @@ from fairseq_layernorm_plugins.methods import register_method
 from fairseq_layernorm_plugins.models.base import PluginTransformerModel, register_arch_family
 from fairseq_layernorm_plugins.models.base_lm import PluginTransformerLanguageModel, register_lm_arch_family
 
-FINAL_NORM = {"no_decoder_final_norm": "Pre-LN needs the decoder's final LayerNorm"}
-
 
 @register_model("transformer_preln")
 class TransformerPreLNModel(PluginTransformerModel):
     """Pre-LN encoder-decoder Transformer (Xiong et al. 2020)."""
-
-    incompatible_flags = FINAL_NORM
 
 
 @register_model("transformer_lm_preln")
@@ -29,12 +25,9 @@ class TransformerPreLNLanguageModel(PluginTransformerLanguageModel):
     """Pre-LN decoder-only language model with its final LayerNorm (fairseq's ``transformer_lm_wiki103``
     has none: Baevski and Auli 2019's setting)."""
 
-    incompatible_flags = FINAL_NORM
-
 
 def preln_defaults(args):
     """Pre-LN (Xiong et al. 2020): LayerNorm before each sub-layer, final LayerNorms."""
-    args.no_decoder_final_norm = getattr(args, "no_decoder_final_norm", False)
 
 
 ARCHS = register_arch_family("transformer_preln", preln_defaults, normalize_before=True)
