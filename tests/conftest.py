@@ -83,6 +83,26 @@ def tiny_data_bin(tmp_path_factory):
     return root / "bin"
 
 
+LM_WORDS = "the a one two three four five six seven eight nine ten red green blue cat dog sat ran on".split()
+
+
+@pytest.fixture(scope="session")
+def lm_data_bin(tmp_path_factory):
+    """A word-level LM data-bin (``fairseq-preprocess --only-source``, as for WikiText): lines
+    that count through a fixed word list from a varying start, so the next word is learnable."""
+    root = tmp_path_factory.mktemp("lm")
+    for split, lines in (("train", 400), ("valid", 40), ("test", 40)):
+        text = [" ".join(LM_WORDS[(i * 7 + k) % len(LM_WORDS)] for k in range(6 + i % 9)) for i in range(lines)]
+        (root / f"{split}.txt").write_text("\n".join(text) + "\n")
+    run_cli(
+        "fairseq-preprocess",
+        "--only-source",
+        *("--trainpref", root / "train.txt", "--validpref", root / "valid.txt", "--testpref", root / "test.txt"),
+        *("--destdir", root / "bin", "--workers", "1"),
+    )
+    return root / "bin"
+
+
 def plugin_archs(kind="translation"):
     """{arch name: model name} for every architecture this package registers of ``kind``:
     ``translation`` (the encoder-decoders), ``lm`` (the decoder-only language models) or ``all``."""

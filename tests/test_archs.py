@@ -83,9 +83,15 @@ def test_preln_structure(tiny_data_bin):
         assert all(layer.normalize_before for layer in stack.layers)
 
 
-def test_preln_rejects_dropping_the_final_norm(tiny_data_bin):
-    with pytest.raises(ValueError, match="final LayerNorm"):
-        build(tiny_data_bin, "transformer_preln_iwslt_de_en", *TINY_MODEL, "--no-decoder-final-norm")
+def test_preln_drops_the_final_norm_only_when_asked(tiny_data_bin):
+    """fairseq's ``--no-decoder-final-norm`` (the B2T authors' Pre-LN LM): the decoder's final
+    LayerNorm goes, the encoder's stays; DLCL, whose output is that norm of its history, refuses."""
+    model, _, _ = build(tiny_data_bin, "transformer_preln_iwslt_de_en", *TINY_MODEL, "--no-decoder-final-norm")
+    assert model.decoder.layer_norm is None
+    assert isinstance(model.encoder.layer_norm, torch.nn.LayerNorm)
+    assert all(layer.normalize_before for layer in model.decoder.layers)
+    with pytest.raises(ValueError, match="combined history"):
+        build(tiny_data_bin, "transformer_dlcl_iwslt_de_en", *TINY_MODEL, "--no-decoder-final-norm")
 
 
 def retained_dropout(model):

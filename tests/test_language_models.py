@@ -8,7 +8,7 @@ import re
 
 import pytest
 import torch
-from conftest import PLUGIN_DIR, build, hand_set_layer_norms, json_records, parse, plugin_archs, run_cli
+from conftest import LM_WORDS, PLUGIN_DIR, build, hand_set_layer_norms, json_records, parse, plugin_archs, run_cli
 
 from fairseq_layernorm_plugins.methods import METHODS
 
@@ -16,24 +16,6 @@ LM_ARCHS = plugin_archs("lm")
 LM_FAMILIES = sorted(set(LM_ARCHS.values()))  # one per method: its base arch has the model's name
 TINY_LM = ["--task", "language_modeling", "--tokens-per-sample", "32", "--decoder-layers", "2"]
 TINY_LM += ["--decoder-embed-dim", "32", "--decoder-ffn-embed-dim", "64", "--decoder-attention-heads", "2"]
-WORDS = "the a one two three four five six seven eight nine ten red green blue cat dog sat ran on".split()
-
-
-@pytest.fixture(scope="module")
-def lm_data_bin(tmp_path_factory):
-    """A word-level LM data-bin (``fairseq-preprocess --only-source``, as for WikiText): lines
-    that count through a fixed word list from a varying start, so the next word is learnable."""
-    root = tmp_path_factory.mktemp("lm")
-    for split, lines in (("train", 400), ("valid", 40), ("test", 40)):
-        text = [" ".join(WORDS[(i * 7 + k) % len(WORDS)] for k in range(6 + i % 9)) for i in range(lines)]
-        (root / f"{split}.txt").write_text("\n".join(text) + "\n")
-    run_cli(
-        "fairseq-preprocess",
-        "--only-source",
-        *("--trainpref", root / "train.txt", "--validpref", root / "valid.txt", "--testpref", root / "test.txt"),
-        *("--destdir", root / "bin", "--workers", "1"),
-    )
-    return root / "bin"
 
 
 def build_lm(data_bin, arch, *flags, seed=1):
@@ -87,6 +69,15 @@ def test_where_the_layer_norms_sit(lm_data_bin, family):
     norms = (torch.nn.LayerNorm, DynamicTanh)
     has_norms = family not in ("transformer_lm_tfixup", "transformer_lm_rezero")
     assert any(isinstance(m, norms) for m in model.decoder.layers.modules()) is has_norms
+
+
+def test_preln_lm_as_the_b2t_authors_ran_it(lm_data_bin):
+    """``--no-decoder-final-norm`` (``configs/wikitext103/preln.yaml``): Pre-LN layers, nothing
+    between the last one and the output; without it the final LayerNorm is there."""
+    model, _, _ = build_lm(lm_data_bin, "transformer_lm_preln", "--no-decoder-final-norm")
+    assert model.decoder.layer_norm is None
+    assert all(layer.normalize_before for layer in model.decoder.layers)
+    assert isinstance(build_lm(lm_data_bin, "transformer_lm_preln")[0].decoder.layer_norm, torch.nn.LayerNorm)
 
 
 def test_post_ln_flags_are_refused(lm_data_bin):
@@ -222,7 +213,7 @@ def test_trains_resumes_scores_and_samples(lm_data_bin, tmp_path, family):
         *("--tokens-per-sample", "32", "--context-window", "16", "--max-tokens", "512"),
     )
     perplexity = float(re.search(r"Perplexity: ([0-9.]+)", scored)[1])
-    assert 1 < perplexity < len(WORDS)  # better than uniform over the words
+    assert 1 < perplexity < len(LM_WORDS)  # better than uniform over the words
 
     sampled = run_cli(
         "fairseq-interactive",
@@ -232,7 +223,7 @@ def test_trains_resumes_scores_and_samples(lm_data_bin, tmp_path, family):
         input_text="the a one\n",
     )
     hypothesis = next(line for line in sampled.splitlines() if line.startswith("H-0"))
-    assert all(word in WORDS for word in hypothesis.split("\t")[-1].split())
+    assert all(word in LM_WORDS for word in hypothesis.split("\t")[-1].split())
 
 
 def test_mixed_precision_and_fused_attention(lm_data_bin, tmp_path):

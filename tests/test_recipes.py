@@ -22,19 +22,24 @@ def parsed(launch, data_bin):
 
 
 @pytest.mark.parametrize("name, depth", ALL, ids=[f"{n}@{d}" for n, d in ALL])
-def test_every_recipe_is_a_valid_fairseq_command_meaning_the_recipe(name, depth, tiny_data_bin):
+def test_every_recipe_is_a_valid_fairseq_command_meaning_the_recipe(name, depth, tiny_data_bin, lm_data_bin):
     recipe = load_recipe(name).with_depth(depth)
-    launch = Launch(recipe, str(tiny_data_bin), "/tmp/unused", gpus=4)
-    args = parsed(launch, tiny_data_bin)
     groups = recipe.fairseq
+    language_model = groups["task"]["_name"] == "language_modeling"
+    data_bin = lm_data_bin if language_model else tiny_data_bin
+    launch = Launch(recipe, str(data_bin), "/tmp/unused", gpus=4)
+    args = parsed(launch, data_bin)
     assert args.arch == groups["model"]["_name"] and args.optimizer == groups["optimizer"]["_name"]
     assert args.lr_scheduler == groups["lr_scheduler"]["_name"] and args.lr == groups["optimization"]["lr"]
-    assert args.dropout == groups["model"]["dropout"]
+    assert args.dropout == groups["model"].get("dropout", 0.3 if language_model else None)  # wiki103 LM: 0.3
     for key, value in {**groups["lr_scheduler"], **groups["optimizer"]}.items():
         if key != "_name":
             assert str(getattr(args, key)) == str(value), key
-    encoder, decoder = (int(n) for n in recipe.data["depth"].replace("L", "").split("-"))
-    assert (args.encoder_layers, args.decoder_layers) == (encoder, decoder)
+    layers = [int(n) for n in recipe.data["depth"].replace("L", "").split("-")]
+    if language_model:  # "16L": decoder layers only
+        assert [args.decoder_layers] == layers and not hasattr(args, "encoder_layers")
+    else:
+        assert [args.encoder_layers, args.decoder_layers] == layers
     assert args.max_tokens * args.update_freq[0] * 4 == recipe.tokens_per_update
     assert args.fp16 == (recipe.data["precision"] == "fp16") and args.distributed_world_size == 4
 

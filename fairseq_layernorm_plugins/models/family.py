@@ -9,7 +9,6 @@ from fairseq.models import MODEL_REGISTRY, register_model_architecture
 
 NORM_PLACEMENT = ("encoder_normalize_before", "decoder_normalize_before")
 POST_LN_ONLY = dict.fromkeys(NORM_PLACEMENT, "the method is Post-LN")
-PRE_LN_FINAL_NORM = {"no_decoder_final_norm": "the method is Pre-LN: it keeps the decoder's final LayerNorm"}
 
 
 @dataclass(frozen=True)
@@ -18,7 +17,8 @@ class ArchFamily:
     ``args.x = getattr(args, "x", default)``, so command-line flags win); ``normalize_before``
     is where its LayerNorms sit, stated once: False for the Post-LN family (``--encoder/decoder-
     normalize-before`` then refused), True for the Pre-LN family (with its final LayerNorms at
-    every size, ``--no-decoder-final-norm`` refused), None to leave fairseq's default."""
+    every size unless ``--no-decoder-final-norm``, fairseq's own flag: its ``_wiki103`` LM size
+    drops the decoder's, and so did the B2T authors' Pre-LN LM), None to leave fairseq's default."""
 
     defaults: Callable
     normalize_before: bool | None = None
@@ -29,13 +29,13 @@ class ArchFamily:
             for name in NORM_PLACEMENT:
                 setattr(args, name, getattr(args, name, self.normalize_before))
         if self.normalize_before:  # fairseq's _wiki103 LM size drops the final norm; the family keeps it
-            args.no_decoder_final_norm = getattr(args, "no_decoder_final_norm", False)
+            args.no_decoder_final_norm = getattr(args, "no_decoder_final_norm", False)  # unless asked
         self.defaults(args)
 
     @property
     def forbidden_flags(self):
         """{arg name: why} the placement refuses."""
-        return {False: POST_LN_ONLY, True: PRE_LN_FINAL_NORM}.get(self.normalize_before, {})
+        return POST_LN_ONLY if self.normalize_before is False else {}
 
     @property
     def __doc__(self):

@@ -117,12 +117,13 @@ class DLCLDecoderLayer(DLCLLayerMixin, PluginDecoderLayer):
 
 
 class DLCLModel:
-    """What DLCL adds to a model of any kind: eager only, no LayerDrop."""
+    """What DLCL adds to a model of any kind: eager only, no LayerDrop, its final LayerNorm kept."""
 
     scriptable = False
     incompatible_flags = {
         "encoder_layerdrop": "every layer's output is part of the history",
         "decoder_layerdrop": "every layer's output is part of the history",
+        "no_decoder_final_norm": "the stack's output is LN_final of its combined history",
     }
 
     def __prepare_scriptable__(self):

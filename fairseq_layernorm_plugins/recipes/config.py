@@ -99,18 +99,24 @@ class Recipe:
         return list(self.data.get("depths", {}))
 
     def with_depth(self, depth=None):
-        """A copy at ``depth`` ("18L-18L"; default: the recipe's first): its layer counts
-        and any depth-specific options."""
+        """A copy at ``depth`` ("18L-18L", encoder and decoder; "16L", a decoder-only language
+        model; default: the recipe's first): its layer counts and any depth-specific options."""
         depth = depth or (self.depths[0] if self.depths else None)
         if depth is None:
             return self
         if depth not in self.data.get("depths", {}):
             raise RecipeError(f"{self.path}: no depth {depth} (has {', '.join(self.depths) or 'none'})")
-        encoder, decoder = (int(n) for n in depth.replace("L", "").split("-"))
-        data = merge(self.data, {"fairseq": {"model": {"encoder_layers": encoder, "decoder_layers": decoder}}})
+        data = merge(self.data, {"fairseq": {"model": layer_counts(depth)}})
         data = merge(data, self.data["depths"][depth] or {})
         data["depth"] = depth
         return Recipe(f"{self.name}@{depth}", self.path, data)
+
+
+def layer_counts(depth):
+    """fairseq's layer options of a depth: "18L-18L" -> encoder and decoder layers, "16L" ->
+    decoder layers (a language model)."""
+    counts = [int(n) for n in depth.replace("L", "").split("-")]
+    return dict(zip(("encoder_layers", "decoder_layers")[-len(counts) :], counts))
 
 
 def load_recipe(name_or_path, config_dir=CONFIG_DIR):

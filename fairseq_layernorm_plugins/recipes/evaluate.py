@@ -1,5 +1,6 @@
 """Evaluate a run: average its last N checkpoints, translate the test set with the
-recipe's decoding settings, and score it three ways, each labelled as what it is:
+recipe's decoding settings, and score it three ways, each labelled as what it is (a language
+model's run is scored by its perplexity instead: ``perplexity.py``):
 
 * ``sacrebleu``: detokenised SacreBLEU against the untokenised references, with its
   signature (the headline for WMT14; lowercased for IWSLT14, whose data is lowercased);
@@ -42,65 +43,19 @@ import sacrebleu
 import torch
 from sacremoses import MosesDetokenizer
 
-from fairseq_layernorm_plugins.atomic import atomic_path, write_json
+from fairseq_layernorm_plugins.atomic import write_json
 from fairseq_layernorm_plugins.prepare.moses import Tokenize
 from fairseq_layernorm_plugins.prepare.textio import read_lines, write_lines
+from fairseq_layernorm_plugins.recipes.checkpoints import (
+    average_checkpoints,
+    last_checkpoints,
+    numbered_checkpoints,
+    window_checkpoints,
+)
 from fairseq_layernorm_plugins.recipes.launch import BIN, PLUGIN_DIR, run_logged
+from fairseq_layernorm_plugins.recipes.perplexity import evaluate_lm
 
-_EPOCH = re.compile(r"checkpoint(\d+)\.pt$")
-_UPDATE = re.compile(r"checkpoint_(\d+)_(\d+)\.pt$")
 _COMPOUND = re.compile(r"(\S)-(\S)")
-
-
-def numbered_checkpoints(save_dir, kind="epoch"):
-    """{epoch (or update): path} of the epoch (``checkpointE.pt``) or update
-    (``checkpoint_E_U.pt``) checkpoints in ``save_dir``."""
-    pattern = _EPOCH if kind == "epoch" else _UPDATE
-    return {int(m.groups()[-1]): p for p in Path(save_dir).glob("checkpoint*.pt") if (m := pattern.search(p.name))}
-
-
-def last_checkpoints(save_dir, n, kind="epoch", upper_bound=None):
-    """The last ``n`` epoch or update checkpoints, newest first; ``checkpoint_last.pt`` when
-    there are none. With ``upper_bound`` the last ``n`` numbered at most ``upper_bound``, and
-    fewer than ``n`` of them is an error (as fairseq's ``average_checkpoints.py``)."""
-    found = sorted(numbered_checkpoints(save_dir, kind).items(), reverse=True)
-    if upper_bound is not None:
-        found = [(number, path) for number, path in found if number <= upper_bound][:n]
-        if len(found) < n:
-            raise ValueError(f"{save_dir}: {len(found)} {kind} checkpoints up to {upper_bound}, not the {n} to average")
-    found = [p for _, p in found[:n]]
-    return found or [Path(save_dir) / "checkpoint_last.pt"]
-
-
-def window_checkpoints(save_dir, size, last):
-    """The epoch checkpoints ``last - size + 1 .. last``, newest first (an error if one is missing)."""
-    epochs = numbered_checkpoints(save_dir)
-    missing = [e for e in range(last - size + 1, last + 1) if e not in epochs]
-    if missing:
-        raise ValueError(f"{save_dir}: no checkpoint{missing[0]}.pt for the window of {size} ending at epoch {last}")
-    return [epochs[e] for e in range(last, last - size, -1)]
-
-
-def average_checkpoints(paths, output):
-    """Write a checkpoint whose model parameters are the element-wise mean of ``paths``'
-    (accumulated in float64; integer buffers from the first); the rest of the first
-    checkpoint is kept. Written to a temp file, then renamed."""
-    paths = [Path(p) for p in paths]
-    first = torch.load(paths[0], map_location="cpu", weights_only=False)
-    sums = {k: v.double() if v.is_floating_point() else v for k, v in first["model"].items()}
-    for path in paths[1:]:
-        model = torch.load(path, map_location="cpu", weights_only=False)["model"]
-        if model.keys() != sums.keys():
-            raise ValueError(f"{path}: parameters differ from {paths[0]}'s")
-        for k, v in model.items():
-            if v.is_floating_point():
-                sums[k] += v.double()
-    first["model"] = {
-        k: (v / len(paths)).to(first["model"][k].dtype) if v.is_floating_point() else v for k, v in sums.items()
-    }
-    with atomic_path(output) as tmp:
-        torch.save(first, tmp)
-    return Path(output)
 
 
 def read_hypotheses(generate_log):
@@ -168,6 +123,8 @@ def evaluate(
     results.json."""
     run_dir = Path(run_dir)
     run = json.loads((run_dir / "run.json").read_text())
+    if run.get("task") == "language_modeling":  # perplexity, not translation
+        return evaluate_lm(run_dir, run, average_last, cpu, echo)
     gen = run.get("generate", {})
     data_bin = Path(run["data"])
     root = data_bin.parent if data_bin.name == "bin" else data_bin

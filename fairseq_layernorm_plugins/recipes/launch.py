@@ -152,8 +152,9 @@ class Launch:
             "plan": dict(zip(("max_tokens", "update_freq"), self.plan())),
             "generate": recipe.data.get("generate", {}),
             "paper": recipe.data.get("paper"),
-            "source_lang": recipe.fairseq["task"]["source_lang"],
-            "target_lang": recipe.fairseq["task"]["target_lang"],
+            "task": recipe.fairseq["task"]["_name"],
+            "source_lang": recipe.fairseq["task"].get("source_lang"),  # None for a language model
+            "target_lang": recipe.fairseq["task"].get("target_lang"),
             "command": shlex.join(self.command()),
         }
 

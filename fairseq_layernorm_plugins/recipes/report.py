@@ -1,9 +1,9 @@
 """Results tables and training-curve plots from a set of runs.
 
-A table is one recipe directory (``iwslt14``, ``wmt14/admin``, ...): rows are its
-recipes (methods), columns its depths; each cell is our BLEU (mean +- std over seeds)
-beside the paper's reported number and the difference, using the metric the paper
-reports (``paper.compare`` in the recipe). Written as Markdown and CSV. Plots: per run
+A table is one recipe directory (``iwslt14``, ``wmt14/admin``, ``wikitext103``, ...): rows are
+its recipes (methods), columns its depths (a language model's: depth and subset, valid and
+test); each cell is our BLEU or perplexity (mean +- std over seeds) beside the paper's reported
+number and the difference, using the metric the paper reports (``paper.compare`` in the recipe). Written as Markdown and CSV. Plots: per run
 the training and validation loss (and validation BLEU, with ``--eval-bleu``) per epoch,
 read from fairseq's ``--log-format json`` logs (``curves.py``).
 """
@@ -36,45 +36,69 @@ def _number(value):
 
 
 class Row(NamedTuple):
-    """One cell of a table: a method at a depth, over its seeds."""
+    """One cell of a table: a method at a depth (and, for a language model, a subset), over its seeds."""
 
     method: str
-    depth: str
+    depth: str  # "6L-6L"; a language model's column also names its subset: "16L valid"
     mean: float
     std: float | None
     seeds: int
-    paper_bleu: object  # a number, "failed", or None
+    paper_bleu: object  # the paper's number: a number, "failed", or None
     label: str  # what our number is (the metric's label)
     paper: dict  # the recipe's paper section
 
 
+def result_scores(result):
+    """{column suffix: (our score, its label, the paper's number)} of one results.json: a
+    translation run's BLEU in the paper's ``compare`` metric (suffix ""), a language model's
+    perplexity on each of valid and test (suffixes " valid", " test")."""
+    paper = result.get("paper") or {}
+    if "perplexity" in result:  # recipes/perplexity.py
+        reported = (paper.get("perplexity") or {}).get(result["depth"])
+        return {
+            f" {subset}": (
+                value["score"],
+                value["label"],
+                reported.get(subset) if isinstance(reported, dict) else reported,
+            )
+            for subset, value in result["perplexity"].items()
+        }
+    metric = paper.get("compare") or result["headline"]
+    bleu = result["bleu"][metric]
+    return {"": (bleu["score"], bleu["label"], paper.get("bleu", {}).get(result["depth"]))}
+
+
 def table_rows(results, table):
-    """A Row per (method, depth) of the recipes in ``table``, our metric the paper's ``compare``."""
+    """A Row per (method, depth) of the recipes in ``table`` (per subset for a language model),
+    our metric the paper's ``compare``."""
     cells = defaultdict(list)
     meta = {}
     for r in results:
         recipe = r["recipe"]
         if recipe.rsplit("/", 1)[0] != table:
             continue
-        paper = r.get("paper") or {}
-        metric = paper.get("compare") or r["headline"]
-        cells[recipe, r["depth"]].append(r["bleu"][metric]["score"])
-        meta[recipe, r["depth"]] = (paper.get("bleu", {}).get(r["depth"]), r["bleu"][metric]["label"], paper)
+        for suffix, (score, label, reported) in result_scores(r).items():
+            column = f"{r['depth']}{suffix}"
+            cells[recipe, column].append(score)
+            meta[recipe, column] = (reported, label, r.get("paper") or {})
     rows = []
-    for (recipe, depth), scores in sorted(cells.items(), key=lambda kv: (kv[0][0], _depth_key(kv[0][1]))):
-        paper_bleu, label, paper = meta[recipe, depth]
+    for (recipe, column), scores in sorted(cells.items(), key=lambda kv: (kv[0][0], _depth_key(kv[0][1]))):
+        reported, label, paper = meta[recipe, column]
         std = statistics.stdev(scores) if len(scores) > 1 else None
         rows.append(
-            Row(recipe.rsplit("/", 1)[1], depth, statistics.mean(scores), std, len(scores), paper_bleu, label, paper)
+            Row(recipe.rsplit("/", 1)[1], column, statistics.mean(scores), std, len(scores), reported, label, paper)
         )
     return rows
 
 
-def _depth_key(depth):
+def _depth_key(column):
+    """Sort key of a column: its depth's layer counts, then its subset (valid before test)."""
+    depth, _, subset = (column or "0L-0L").partition(" ")
     try:
-        return tuple(int(n) for n in (depth or "0L-0L").replace("L", "").split("-"))
+        layers = tuple(int(n) for n in depth.replace("L", "").split("-"))
     except ValueError:
-        return (0, 0)
+        layers = (0, 0)
+    return layers, {"valid": 0, "test": 1}.get(subset, 2)
 
 
 def render(rows, table):
@@ -272,7 +296,7 @@ paper's number) and plot their training curves (PNG):
     -> results/wmt14_admin.md, .csv, .png
 
 A table is a recipe directory under configs/ (iwslt14, iwslt14_mini, wmt14/admin,
-wmt14/b2t); every run under the given paths whose recipe is in it is included.
+wmt14/b2t, wikitext103); every run under the given paths whose recipe is in it is included.
 """
 
 
