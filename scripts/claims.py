@@ -36,6 +36,12 @@ checkpoint of the lowest validation loss. ``shallow`` is the claim made for it:
 
     python scripts/claims.py shallow --patience 5 --validate-every 500 --updates 30000 --out docs/claims/shallow
 
+Language models: ``lm`` is the B2T paper's Table 3 claim on WikiText-2 (configs/wikitext2/, the
+language-model recipes scaled to a CPU; runs at 6L and 16L; validation loss only, test
+perplexity by fairseq-eval-lm of checkpoint_best.pt; prepared with fairseq-ln-prepare wikitext2):
+
+    python scripts/claims.py lm --updates 800 --validate-every 200 --jobs 2 --out docs/claims/lm
+
 Seeds: ``--seed N`` (N != 1) trains in RUNS/CLAIM-seedN and writes OUT-seedN.*; once runs lie
 under two or more seeds, OUT-seeds.md and .png compare them (mean ± sd, differences paired by seed):
 
@@ -47,10 +53,10 @@ import time
 from pathlib import Path
 
 from fairseq_layernorm_plugins.recipes import experiment, render
-from fairseq_layernorm_plugins.recipes.claim import Claim, Run, budget, claim_dir, run_spec, train_run
-from fairseq_layernorm_plugins.recipes.curves import unigram_bits
+from fairseq_layernorm_plugins.recipes.claim import Claim, Run, budget, claim_dir, run_spec, train_run, unigram_of
 from fairseq_layernorm_plugins.recipes.experiment import REPO, seed_path
 
+DATA_DIRS = {"multi30k": "multi30k.de-en", "wikitext2": "wikitext-2"}  # under data/
 CLAIMS = {
     "preln": Claim(
         paper="Pre-LN (Xiong et al. 2020), Sec. 4.2 / Fig. 4 (Pre-LN), Sec. 3.1 / Fig. 2 (warm-up)",
@@ -143,6 +149,24 @@ CLAIMS["shallow"] = Claim(
 )
 
 
+CLAIMS["lm"] = Claim(
+    paper="B2T (Takase et al. 2023), Sec. 6.3 / Table 3 (WikiText-103 language models, 6L and 16L)",
+    statement="A decoder-only language model: at 16L Post-LN fails while B2T trains and reaches Pre-LN's "
+    "perplexity or better; at 6L Post-LN is at or below Pre-LN's perplexity.",
+    depth="16L",
+    width=128,
+    lr=1e-3,
+    decay_after=300,
+    runs=tuple(
+        Run(f"{method} {depth}", method, warmup=300, depth=depth)
+        for depth in ("16L", "6L")
+        for method in ("postln", "preln", "b2t")
+    ),
+    baseline="preln 16L",
+    corpus="wikitext2",
+)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("claim", nargs="?", choices=sorted(CLAIMS))
@@ -163,7 +187,9 @@ def main(argv=None):
     )
     parser.add_argument("--jobs", type=int, default=1, help="runs trained at once, each with cores / JOBS threads")
     parser.add_argument(
-        "--data-dir", default=str(REPO / "data" / "multi30k.de-en"), help="prepared Multi30k (prepared if missing)"
+        "--data-dir",
+        help="the prepared corpus, prepared if missing (default: data/multi30k.de-en; a language-model claim's "
+        "data/wikitext-2)",
     )
     parser.add_argument(
         "--test-lines", type=int, default=0, help="prepare the test set as N evenly spaced lines (default 0: all)"
@@ -192,7 +218,8 @@ def main(argv=None):
         parser.error(f"{args.claim} has no run(s) {sorted(unknown)}; see --list")
     first = Path(args.out) if args.out else claim_dir(args, seed=1)  # seed 1's OUT; seed N's is FIRST-seedN
     out = seed_path(first, args.seed)
-    experiment.prepare_corpus("multi30k", args.data_dir, test_lines=args.test_lines)  # as the main job prepares it
+    args.data_dir = args.data_dir or str(REPO / "data" / DATA_DIRS[claim.corpus])
+    experiment.prepare_corpus(claim.corpus, args.data_dir, test_lines=args.test_lines)  # as the main job prepares it
     results = experiment.Results(f"{out}.json", budget(args), experiment.command_line("scripts/claims.py", argv))
     specs = {run.label: run_spec(claim, run, args)[1] for run in claim.runs}
     done = {r["label"]: r for r in results.records if r["label"] in specs and r.get("spec") == specs[r["label"]]}
@@ -205,10 +232,10 @@ def main(argv=None):
     results.train(
         lambda run: train_run(claim, run, args), todo, args.jobs, done, lambda run: run.label, render.claim_progress
     )
-    unigram = unigram_bits(args.data_dir)
+    unigram = unigram_of(claim, args.data_dir)
     print(render.claim_report(args.claim, claim, list(done.values()), results.commands, out, unigram))
     print(f"wrote {out}.md, .png, .json ({(time.time() - start) / 60:.1f} min for {len(todo)} runs)")
-    seeds = render.claim_seeds_report(args.claim, claim, first)
+    seeds = None if claim.language_model else render.claim_seeds_report(args.claim, claim, first)
     if seeds:
         print(f"{seeds}\nwrote {first}-seeds.md, .png")
 

@@ -70,7 +70,7 @@ def run_cell(cell, args):
     return record | {
         "status": outcome.status(unigram_bits(args.data)),
         "valid_nll": outcome.final_nll,
-        "bleu": outcome.bleu,
+        "bleu": outcome.score,
         "minutes": outcome.minutes,
         "train_loss": [] if outcome.error else [p["loss"] for p in outcome.curves["train"]],
     }

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, shared_data
+from conftest import REPO, run_cli, shared_data
 
 sys.path.insert(0, str(REPO / "scripts"))
 import claims  # noqa: E402
@@ -135,6 +135,58 @@ def test_patience_stops_a_run_and_scores_its_best_checkpoint(tmp_path, monkeypat
     scored = json.loads((out / "preln_no_warm-up" / "results.json").read_text())
     assert [Path(c).name for c in scored["checkpoints"]] == ["checkpoint_best.pt"]
     assert "| preln no warm-up | 6 | 2 | yes |" in out.with_suffix(".md").read_text()
+
+
+@pytest.mark.slow(1)
+def test_language_model_claim_end_to_end(tmp_path, monkeypatch):
+    """A language-model claim (``corpus="wikitext2"``): decoder-only runs at their own depths on
+    WikiText, validated by loss alone, scored by test perplexity, tabled per depth; stalled means
+    not below the unigram entropy of the training text."""
+    from fairseq_layernorm_plugins.recipes import experiment
+    from fairseq_layernorm_plugins.recipes.curves import unigram_bits
+
+    data = tmp_path / "wikitext-2"  # as fairseq-ln-prepare wikitext2 writes it, from the corpus' first lines
+    data.mkdir()
+    for split, lines in (("train", 400), ("valid", 40), ("test", 40)):
+        text = (shared_data("wikitext2") / f"wiki.{split}.tokens").read_text(encoding="utf-8").splitlines()[:lines]
+        (data / f"{split}.tokens").write_text("\n".join(text) + "\n", encoding="utf-8")
+    prefixes = [arg for split in ("train", "valid", "test") for arg in (f"--{split}pref", data / f"{split}.tokens")]
+    run_cli("fairseq-preprocess", "--only-source", *prefixes, "--destdir", data / "bin", "--workers", "1")
+    monkeypatch.setattr(experiment, "prepare_corpus", lambda *a, **k: None)  # the corpus above
+    small_vocab = {"adaptive_input_cutoff": "200,1000", "adaptive_softmax_cutoff": "200,1000"}  # its few words
+    runs = (
+        claims.Run("postln 1L", "postln", warmup=300, depth="1L"),
+        claims.Run("b2t 2L", "b2t", warmup=300, depth="2L"),
+    )
+    toy = claims.Claim(
+        **{
+            **TOY.__dict__,
+            "depth": "1L",
+            "runs": runs,
+            "baseline": "postln 1L",
+            "corpus": "wikitext2",
+            "model": small_vocab,
+        }
+    )
+    monkeypatch.setitem(claims.CLAIMS, "toy", toy)
+    args = ["toy", "--updates", "4", "--validate-every", "2", "--max-tokens", "512"]
+    claims.main([*args, "--data-dir", str(data), "--runs", str(tmp_path / "runs")])
+    out = tmp_path / "runs" / "toy"
+    records = {r["label"]: r for r in json.loads(out.with_suffix(".json").read_text())["runs"]}
+    unigram = unigram_bits(data, "tokens")
+    for label, layers in (("postln 1L", 1), ("b2t 2L", 2)):
+        record = records[label]
+        model = record["spec"]["fairseq"]["model"]
+        assert model["decoder_layers"] == layers and not any(key.startswith("encoder") for key in model)
+        assert record["spec"]["fairseq"]["optimizer"]["weight_decay"] == 0.0
+        assert [v["update"] for v in record["valid"]] == [2, 4] and all(v["bleu"] is None for v in record["valid"])
+        assert all(v["ppl"] == pytest.approx(2 ** v["nll"]) for v in record["valid"])
+        assert record["status"] == ("stalled" if record["valid"][-1]["nll"] >= unigram else "trained")
+        scored = json.loads((out / label.replace(" ", "_") / "results.json").read_text())
+        assert record["test_ppl"] == scored["perplexity"]["test"]["score"] > 1
+    markdown = out.with_suffix(".md").read_text()
+    assert "| postln 1L | 1L |" in markdown and "| b2t 2L | 2L |" in markdown and "WikiText-2" in markdown
+    assert out.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_budget_without_patience_is_the_earlier_budget():

@@ -1,10 +1,12 @@
 """A paper's claim at CPU scale, tested by a handful of training runs (``scripts/claims.py``
-defines the claims): runs of the Multi30k recipes (``configs/multi30k/<method>.yaml``) at one
-depth and width, trained with the same optimizer, peak learning rate and schedule family, each
-in RUNS/CLAIM/<run> beside the spec that decides its outcome (``experiment.open_run_dir``).
+defines the claims): runs of the Multi30k recipes (``configs/multi30k/<method>.yaml``; a
+language-model claim's: ``configs/wikitext2/``) at one depth (or one per run) and width,
+trained with the same optimizer, peak learning rate and schedule family, each in
+RUNS/CLAIM/<run> beside the spec that decides its outcome (``experiment.open_run_dir``).
 
 A run's record (OUT.json) holds its spec, status (``experiment.status``), validation curve
-(NLL and greedy BLEU per validation), test BLEU, updates and training time. ``args`` below are
+(NLL and greedy BLEU per validation; a language model's NLL and perplexity), test BLEU (a
+language model's test perplexity), updates and training time. ``args`` below are
 ``scripts/claims.py``'s options.
 """
 
@@ -14,6 +16,7 @@ from pathlib import Path
 from fairseq_layernorm_plugins.recipes import experiment
 from fairseq_layernorm_plugins.recipes.curves import unigram_bits
 
+LANGUAGE_MODEL_CORPORA = ("wikitext2",)
 BUDGET = ("updates", "validate_every", "max_tokens", "seed")  # with each run's spec: what makes runs comparable
 UNTIL_CONVERGED = ("patience",)  # part of the budget when set (> 0)
 
@@ -23,10 +26,11 @@ class Run:
     """One training run of a claim: a Multi30k recipe with the claim's optimizer and schedule."""
 
     label: str
-    method: str  # configs/multi30k/<method>.yaml
+    method: str  # configs/<corpus>/<method>.yaml
     warmup: int = 0  # 0: no warm-up (the peak at once; decay after the claim's decay_after updates)
     optimizer: str = "adam"
     model: dict = field(default_factory=dict)  # model options on top of the recipe's
+    depth: str | None = None  # default: the claim's
 
     @property
     def key(self):
@@ -47,34 +51,50 @@ class Claim:
     runs: tuple
     baseline: str  # the run whose final validation BLEU the others are timed against
     model: dict = field(default_factory=dict)  # model options of every run (under each run's own)
+    corpus: str = "multi30k"  # the recipes' folder: multi30k (translation) or wikitext2 (language models)
+
+    @property
+    def language_model(self):
+        return self.corpus in LANGUAGE_MODEL_CORPORA
 
     def run(self, label):
         return next(r for r in self.runs if r.label == label)
 
 
 def run_recipe(claim, run, args):
-    """The run's Recipe: configs/multi30k/<method>.yaml at the claim's depth, width, optimizer
-    and schedule, for ``args.updates`` updates."""
+    """The run's Recipe: configs/<corpus>/<method>.yaml at the run's (or claim's) depth, the
+    claim's width, optimizer and schedule, for ``args.updates`` updates."""
     warmup = run.warmup or claim.decay_after
     schedule = {"_name": "inverse_sqrt", "warmup_updates": warmup, "warmup_init_lr": 1e-7 if run.warmup else claim.lr}
     model = {**claim.model, **({"init_style": args.init_style} if args.init_style else {}), **run.model}
+    decay = {}
+    if claim.language_model:  # scored by perplexity, from the recipe's checkpoint_best.pt; no weight decay (B2T's LMs)
+        stacks, generate, decay = ("decoder",), {}, {"weight_decay": 0.0}
+    else:  # a stalled model writes to the length limit: keep its decoding short
+        stacks, generate = (
+            ("encoder", "decoder"),
+            {
+                "beam": 5,
+                "average_last": 1,
+                **({"checkpoint": "best"} if args.patience else {}),  # the lowest validation loss
+                "extra": ["--max-len-a", "1.2", "--max-len-b", "10"],
+            },
+        )
     return experiment.scaled_recipe(
-        f"multi30k/{run.method}",
-        claim.depth,
-        experiment.model_size(claim.width),
+        f"{claim.corpus}/{run.method}",
+        run.depth or claim.depth,
+        experiment.model_size(claim.width, stacks=stacks),
         updates=args.updates,
         tokens=args.max_tokens,
         lr=[claim.lr],
         log_interval=25,
-        # a stalled model writes to the length limit: keep its decoding short
-        generate={
-            "beam": 5,
-            "average_last": 1,
-            **({"checkpoint": "best"} if args.patience else {}),  # the lowest validation loss
-            "extra": ["--max-len-a", "1.2", "--max-len-b", "10"],
-        },
+        generate=generate,
         overrides={
-            "fairseq": {"optimizer": experiment.adam(run.optimizer), "optimization": {"max_epoch": 0}, "model": model}
+            "fairseq": {
+                "optimizer": experiment.adam(run.optimizer) | decay,
+                "optimization": {"max_epoch": 0},
+                "model": model,
+            }
         },
         schedule=schedule,  # the recipe's whole schedule replaced (e.g. T-Fixup's decay_period)
     )
@@ -84,23 +104,26 @@ def run_spec(claim, run, args):
     """(Recipe, spec): the spec is everything that decides the run's outcome (the run, its claim's
     settings and the budget, the fairseq options); a run made with another spec is trained again."""
     recipe = run_recipe(claim, run, args)  # its fairseq options hold the claim's depth, width, lr and schedule
-    return recipe, {"run": asdict(run), "claim": args.claim, "budget": budget(args), "fairseq": recipe.fairseq}
+    fields = {key: value for key, value in asdict(run).items() if key != "depth" or value}  # as before depth existed
+    return recipe, {"run": fields, "claim": args.claim, "budget": budget(args), "fairseq": recipe.fairseq}
 
 
 def train_run(claim, run, args):
     """Train (or resume) and evaluate one run; returns its record for OUT.json."""
     recipe, spec = run_spec(claim, run, args)
     run_dir = experiment.open_run_dir(claim_dir(args) / run.key, spec, run.label)
-    extra = experiment.validation_flags(args.validate_every, args.patience)
+    extra = experiment.validation_flags(args.validate_every, args.patience, bleu=not claim.language_model)
     outcome = experiment.train_and_test(recipe, run_dir, args.data_dir, args.seed, extra)
     curves = outcome.curves
     record = {"label": run.label, "method": run.method, "optimizer": run.optimizer, "warmup": run.warmup, "spec": spec}
+    record.update({"depth": run.depth} if run.depth else {})
     record.update({"error": outcome.error} if outcome.error else {})
+    valid = [{"update": v["update"], "nll": v["nll_loss"], "bleu": v["bleu"]} for v in curves["valid"]]
     record.update(
-        status=outcome.status(unigram_bits(args.data_dir)),
-        valid=[{"update": v["update"], "nll": v["nll_loss"], "bleu": v["bleu"]} for v in curves["valid"]],
+        status=outcome.status(unigram_of(claim, args.data_dir)),
+        valid=[{**v, "ppl": 2 ** v["nll"]} for v in valid] if claim.language_model else valid,
         train_loss=[(p["update"], p["loss"]) for p in curves["train"]],
-        test_bleu=outcome.bleu,
+        **{"test_ppl" if claim.language_model else "test_bleu": outcome.score},
         updates=curves["end"]["update"],
         minutes=outcome.minutes,  # this call's, evaluation included
         train_hours=round(curves["end"]["wall"] / 3600, 2),  # fairseq's wall clock, kept across resumes
@@ -110,6 +133,12 @@ def train_run(claim, run, args):
         stopped = "early stop since valid performance" in (run_dir / "train.log").read_text(errors="replace")
         record.update(best_update=best and best["update"], stopped_early=stopped)
     return record
+
+
+def unigram_of(claim, data_dir):
+    """The claim's stall threshold: the unigram entropy (bits) of its training targets, a
+    language model's training text (``train.tokens``: ``fairseq-ln-prepare wikitext2``)."""
+    return unigram_bits(data_dir, "tokens" if claim.language_model else "en")
 
 
 def claim_dir(args, seed=None):

@@ -72,7 +72,8 @@ def read_log_curves(log_path):
                     "epoch": _epoch_at(epoch_at, update, float(record["epoch"])),
                     "update": update,
                     "loss": float(record["valid_loss"]),
-                    "nll_loss": float(record.get("valid_nll_loss", "nan")),
+                    # a criterion without label smoothing (a language model's) logs its NLL as the loss
+                    "nll_loss": float(record.get("valid_nll_loss", record["valid_loss"])),
                     "bleu": None if bleu is None else float(bleu),
                 }
             )

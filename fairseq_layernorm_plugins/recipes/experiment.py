@@ -37,11 +37,12 @@ REPO = Path(__file__).resolve().parents[2]  # the checkout (the package is insta
 SHARED = REPO.parent / "shared" / "data"
 
 
-def model_size(width, ffn=None, heads=4):
-    """fairseq model options of one size in encoder and decoder: embeddings of ``width``, FFN
-    of ``ffn`` (default 4 x width, the papers' base ratio), ``heads`` attention heads."""
+def model_size(width, ffn=None, heads=4, stacks=("encoder", "decoder")):
+    """fairseq model options of one size in each of ``stacks`` (a language model: the decoder
+    alone): embeddings of ``width``, FFN of ``ffn`` (default 4 x width, the papers' base
+    ratio), ``heads`` attention heads."""
     sizes = (("embed_dim", width), ("ffn_embed_dim", ffn or 4 * width), ("attention_heads", heads))
-    return {f"{stack}_{option}": value for option, value in sizes for stack in ("encoder", "decoder")}
+    return {f"{stack}_{option}": value for option, value in sizes for stack in stacks}
 
 
 def adam(name="adam"):
@@ -78,27 +79,26 @@ def scaled_recipe(
     return Recipe(recipe.name, recipe.path, data).with_depth(depth)
 
 
-def validation_flags(every, patience=0):
-    """fairseq-train flags for validation every ``every`` updates with greedy, detokenised, cased
-    SacreBLEU on the validation set (the data is SentencePiece over untokenised text), keeping
-    the last such checkpoint; ``patience`` > 0: fairseq's ``--patience``, stopping once the
-    validation loss has not improved for that many validations in a row."""
-    return [
-        "--validate-interval-updates",
-        str(every),
-        "--save-interval-updates",
-        str(every),
-        "--keep-interval-updates",
-        "1",
-        "--eval-bleu",
-        "--eval-bleu-args",
-        json.dumps({"beam": 1, "max_len_a": 1.2, "max_len_b": 10}),
-        "--eval-bleu-detok",
-        "space",
-        "--eval-bleu-remove-bpe",
-        "sentencepiece",
-        "--no-progress-bar",
-    ] + (["--patience", str(patience)] if patience else [])
+def validation_flags(every, patience=0, bleu=True):
+    """fairseq-train flags for validation every ``every`` updates, keeping the last such
+    checkpoint, with (``bleu``) greedy, detokenised, cased SacreBLEU on the validation set (the
+    data is SentencePiece over untokenised text); ``patience`` > 0: fairseq's ``--patience``,
+    stopping once the validation loss has not improved for that many validations in a row."""
+    flags = ["--validate-interval-updates", str(every), "--save-interval-updates", str(every)]
+    flags += ["--keep-interval-updates", "1", "--no-progress-bar"]
+    flags += ["--patience", str(patience)] if patience else []
+    return flags + (BLEU_FLAGS if bleu else [])
+
+
+BLEU_FLAGS = [  # validation BLEU of a translation run (validation_flags)
+    "--eval-bleu",
+    "--eval-bleu-args",
+    json.dumps({"beam": 1, "max_len_a": 1.2, "max_len_b": 10}),
+    "--eval-bleu-detok",
+    "space",
+    "--eval-bleu-remove-bpe",
+    "sentencepiece",
+]
 
 
 def threads_per_job(jobs):
@@ -131,7 +131,7 @@ class Outcome(NamedTuple):
     """What training and testing one run gave (:func:`train_and_test`)."""
 
     curves: dict  # curves.read_log_curves of its train.log
-    bleu: float  # the test set's BLEU; 0.0 when fairseq stopped
+    score: float  # the test set's BLEU (0.0 when fairseq stopped), a language model's perplexity (inf)
     error: str | None  # the first line of the error fairseq stopped with (NaN/inf loss), else None
     minutes: float  # this call's, evaluation included
 
@@ -170,15 +170,24 @@ def run_training(recipe, run_dir, data, seed, extra=(), precision=None, cpu_work
 
 def train_and_test(recipe, run_dir, data, seed, extra, bleu="sacrebleu"):
     """:func:`run_training` on one CPU process, then the test set translated by the recipe's
-    protocol (``evaluate.py``) and scored by ``bleu`` ("sacrebleu" or "tokenized")."""
+    protocol (``evaluate.py``) and scored by ``bleu`` ("sacrebleu" or "tokenized"); a language
+    model's scored by its test perplexity."""
     from fairseq_layernorm_plugins.recipes.evaluate import evaluate
 
     start = time.time()
     error = run_training(recipe, run_dir, data, seed, extra)
+    failed = math.inf if recipe.fairseq["task"]["_name"] == "language_modeling" else 0.0
     try:
-        score = 0.0 if error else evaluate(run_dir, echo=lambda *a: None)["bleu"][bleu]["score"]
-    except RuntimeError as err:  # fairseq-generate failed
-        score, error = 0.0, str(err)
+        result = {} if error else evaluate(run_dir, echo=lambda *a: None)
+        score = (
+            failed
+            if error
+            else result["perplexity"]["test"]["score"]
+            if "perplexity" in result
+            else result["bleu"][bleu]["score"]
+        )
+    except RuntimeError as err:  # fairseq-generate / eval-lm failed
+        score, error = failed, str(err)
     error = error and error.splitlines()[0]
     return Outcome(read_log_curves(Path(run_dir) / "train.log"), score, error, round((time.time() - start) / 60, 2))
 
@@ -343,11 +352,17 @@ def prepare_corpus(corpus, data, test_lines=0, raw_dir=None, download_dir=None, 
     ../shared/data/multi30k/task1_raw when present, else downloaded from ``url`` to
     ``download_dir``, default data/downloads) or "iwslt14-mini" (from ``iwslt_dir``, default
     ../shared/data/iwslt14); ``test_lines`` > 0: that many evenly spaced test lines. Returns its
-    stamp; exits with the one-line reason when the data cannot be had."""
-    from fairseq_layernorm_plugins.prepare import iwslt14_mini, multi30k
+    stamp; exits with the one-line reason when the data cannot be had. "wikitext2": as
+    ``fairseq-ln-prepare wikitext2`` (../shared/data/wikitext2 when present, else the download)."""
+    from fairseq_layernorm_plugins.prepare import iwslt14_mini, multi30k, wikitext
     from fairseq_layernorm_plugins.prepare.textio import DataError
 
     try:
+        if corpus == "wikitext2":
+            raw = wikitext.default_raw_dir("wikitext2")
+            return wikitext.prepare(
+                data, "wikitext2", raw_dir=raw, download_dir=str(download_dir or REPO / "data" / "downloads"), url=url
+            )
         if corpus == "multi30k":
             return multi30k.prepare(
                 data,

@@ -30,16 +30,80 @@ def first_update_reaching(record, bleu):
 def claim_progress(run, record):
     """The line printed when a claim's run ends."""
     last = record["valid"][-1] if record["valid"] else {}
-    return (
-        f"{record['label']}: {record['status']}, valid NLL {last.get('nll', float('nan')):.3f}, "
-        f"valid BLEU {number(last.get('bleu'))}, test BLEU {record['test_bleu']:.2f} ({record['minutes']} min)"
+    scores = (
+        f"valid perplexity {number(last.get('ppl'))}, test perplexity {record['test_ppl']:.2f}"
+        if "test_ppl" in record
+        else f"valid BLEU {number(last.get('bleu'))}, test BLEU {record['test_bleu']:.2f}"
     )
+    return (
+        f"{record['label']}: {record['status']}, valid NLL {last.get('nll', float('nan')):.3f}, {scores} "
+        f"({record['minutes']} min)"
+    )
+
+
+def claim_header(claim_name, claim, commands):
+    """The lines every claim report starts with: the claim, the paper, the commands."""
+    return [f"### {claim_name}: {claim.paper}", "", f"Claim: {claim.statement}", "", "Made by:", ""] + [
+        f"    {c}" for c in commands
+    ]
+
+
+def lm_claim_report(claim_name, claim, records, commands, out, unigram):
+    """OUT.md (per run: depth, status, final and best validation perplexity, test perplexity)
+    and OUT.png (validation perplexity against updates, one panel per depth) of a language-
+    model claim's runs; returns the markdown. ``unigram``: the stall threshold in bits."""
+    from fairseq_layernorm_plugins import models  # noqa: F401  (registers every method)
+    from fairseq_layernorm_plugins.methods import METHODS
+
+    order = [r.label for r in claim.runs]
+    records = sorted(records, key=lambda r: order.index(r["label"]))
+    depths = list(dict.fromkeys(r.get("depth") or claim.depth for r in records))
+    spec = records[0]["spec"] if records else {"budget": {}, "fairseq": {"lr_scheduler": {}}}
+    lines = claim_header(claim_name, claim, commands) + [
+        "",
+        f"WikiText-2 (2.1M training tokens, 33,278 words), decoder-only, d={claim.width} (FFN {4 * claim.width}, 4 "
+        f"heads), adaptive input and softmax, blocks of 256 tokens, {spec['budget'].get('max_tokens')} tokens per "
+        f"update, peak lr {claim.lr:g} after {spec['fairseq']['lr_scheduler'].get('warmup_updates')} warm-up "
+        f"updates, {spec['budget'].get('updates')} updates; validation loss on the whole validation set every "
+        f"{spec['budget'].get('validate_every')} updates; test: fairseq-eval-lm of checkpoint_best.pt (blocks of "
+        f"256, 128 tokens of context). Stalled = final validation NLL not below the unigram entropy of the "
+        f"training text ({unigram:.2f} bits, perplexity {2**unigram:.0f}).",
+        "",
+        "| run | depth | status | final valid NLL (bits) | final valid perplexity | best valid perplexity | "
+        "test perplexity | minutes |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in records:
+        last = r["valid"][-1] if r["valid"] else {"nll": float("nan"), "ppl": None}
+        best = min((v["ppl"] for v in r["valid"]), default=None)
+        lines.append(
+            f"| {r['label']} | {r.get('depth') or claim.depth} | {r['status']} | {last['nll']:.3f} | "
+            f"{number(last['ppl'])} | {number(best)} | {r['test_ppl']:.2f} | {r['minutes']} |"
+        )
+    plt = pyplot()
+    fig, axes = plt.subplots(1, len(depths), figsize=(5.5 * len(depths), 4), squeeze=False)
+    for ax, depth in zip(axes[0], depths):
+        for r in records:
+            if (r.get("depth") or claim.depth) == depth:
+                updates = [v["update"] for v in r["valid"]]
+                ax.plot(updates, [v["ppl"] for v in r["valid"]], color=METHODS[r["method"]].colour, label=r["label"])
+        ax.axhline(2**unigram, color="grey", lw=0.6, ls=":", label="unigram")
+        ax.set(xlabel="updates", ylabel="validation perplexity", yscale="log", title=f"{claim_name}: {depth}")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    with atomic_path(f"{out}.png") as tmp:
+        fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    write_text(f"{out}.md", "\n".join(lines) + "\n")
+    return "\n".join(lines)
 
 
 def claim_report(claim_name, claim, records, commands, out, unigram):
     """OUT.md (table: status, final validation NLL and BLEU, updates to the baseline's final
     validation BLEU, test BLEU) and OUT.png (validation BLEU and NLL against updates) of the
     runs of ``claim`` (``claim.Claim``); returns the markdown. ``unigram``: the stall threshold in bits."""
+    if claim.language_model:
+        return lm_claim_report(claim_name, claim, records, commands, out, unigram)
     from fairseq_layernorm_plugins import models  # noqa: F401  (registers every method)
     from fairseq_layernorm_plugins.methods import METHODS
 
@@ -49,13 +113,7 @@ def claim_report(claim_name, claim, records, commands, out, unigram):
     target = base["valid"][-1]["bleu"] if base else None
     inits = sorted({r["spec"]["fairseq"]["model"].get("init_style", "(arch default)") for r in records})
     lines = [
-        f"### {claim_name}: {claim.paper}",
-        "",
-        f"Claim: {claim.statement}",
-        "",
-        "Made by:",
-        "",
-        *[f"    {c}" for c in commands],
+        *claim_header(claim_name, claim, commands),
         "",
         f"Multi30k De-En, {claim.depth}, d={claim.width} (FFN {4 * claim.width}, 4 heads), peak lr {claim.lr:g}, "
         f"no-warm-up runs decay after update {claim.decay_after}; validation: greedy SacreBLEU on 1,014 sentences; "
