@@ -17,6 +17,23 @@ from fairseq_layernorm_plugins.recipes.experiment import seed_results
 from fairseq_layernorm_plugins.recipes.report import pyplot
 
 
+def save_figure(fig, path):
+    """Write ``fig`` as ``path`` (a PNG, through a temp file) and close it."""
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
+    pyplot().close(fig)
+    return Path(path)
+
+
+def save_report(fig, out, lines):
+    """OUT.png from ``fig`` and OUT.md from ``lines``; returns the markdown."""
+    save_figure(fig, f"{out}.png")
+    markdown = "\n".join(lines)
+    write_text(f"{out}.md", markdown + "\n")
+    return markdown
+
+
 def number(value, digits=2):
     """``value`` with ``digits`` decimals if a float, as it is otherwise, "" for None."""
     return "" if value is None else f"{value:.{digits}f}" if isinstance(value, float) else str(value)
@@ -90,12 +107,7 @@ def lm_claim_report(claim_name, claim, records, commands, out, unigram):
         ax.axhline(2**unigram, color="grey", lw=0.6, ls=":", label="unigram")
         ax.set(xlabel="updates", ylabel="validation perplexity", yscale="log", title=f"{claim_name}: {depth}")
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    with atomic_path(f"{out}.png") as tmp:
-        fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    write_text(f"{out}.md", "\n".join(lines) + "\n")
-    return "\n".join(lines)
+    return save_report(fig, out, lines)
 
 
 def claim_report(claim_name, claim, records, commands, out, unigram):
@@ -153,12 +165,7 @@ def claim_report(claim_name, claim, records, commands, out, unigram):
     ax_bleu.set(xlabel="updates", ylabel="validation BLEU (greedy)", title=f"{claim_name}: {claim.depth}")
     ax_nll.set(xlabel="updates", ylabel="validation NLL (bits/token)", title="validation NLL")
     ax_nll.legend(fontsize=7)
-    fig.tight_layout()
-    with atomic_path(f"{out}.png") as tmp:
-        fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    write_text(f"{out}.md", "\n".join(lines) + "\n")
-    return "\n".join(lines)
+    return save_report(fig, out, lines)
 
 
 def claim_seeds_report(claim_name, claim, first):
@@ -211,12 +218,7 @@ def claim_seeds_report(claim_name, claim, first):
             ax.hlines(sum(values) / len(values), x - 0.25, x + 0.25, color=colour)
         ax.set_xticks(range(len(table)), list(table), rotation=20, fontsize=8)
         ax.set(ylabel=name, title=f"{claim_name}: {claim.depth}, {len(by_seed)} seeds")
-    fig.tight_layout()
-    with atomic_path(f"{first}-seeds.png") as tmp:
-        fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    write_text(f"{first}-seeds.md", "\n".join(lines) + "\n")
-    return "\n".join(lines)
+    return save_report(fig, f"{first}-seeds", lines)
 
 
 def converged_note(records):
@@ -326,10 +328,7 @@ def grid_report(cells, commands, out, unigram):
     ax.set_yticks(range(len(methods)), methods)
     fig.colorbar(image, label="final validation NLL, bits (X = diverged)")
     ax.set_title("stability grid: final validation NLL")
-    fig.tight_layout()
-    with atomic_path(f"{out}.png") as tmp:
-        fig.savefig(tmp, dpi=110)
-    plt.close(fig)
+    save_figure(fig, f"{out}.png")
 
 
 def _training_table(records, title):
@@ -487,8 +486,4 @@ def check_plot(report, path, methods):
         ax.set_ylabel("training loss (bits)")
         ax.set_title(f"{'a' if part == 'a' else 'd'}. {records[0]['layers']}L-{records[0]['layers']}L")
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
