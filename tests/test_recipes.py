@@ -183,12 +183,14 @@ def test_b2t_table_5_side_by_side():
         "deepnet": {"6L-6L": 26.38, "18L-18L": 27.13},
         "tfixup": {"6L-6L": 26.43, "18L-18L": 26.94},
         "admin": {"6L-6L": 26.49, "18L-18L": 26.86},
+        "dlcl": {"6L-6L": 26.52, "18L-18L": 26.90},
     }
     for method, numbers in expected.items():
         paper = load_recipe(f"wmt14/b2t/{method}").data["paper"]
         assert {depth: paper["bleu"][depth] for depth in numbers} == numbers, method
         assert paper["compare"] == "sacrebleu_mean"
-    assert load_recipe("wmt14/b2t/admin").fairseq["model"]["init_style"] == "paper"  # Transformer-Clinic's code
+    for method in ("admin", "dlcl"):  # Transformer-Clinic's and wangqiangneu/dlcl's Xavier FFN
+        assert load_recipe(f"wmt14/b2t/{method}").fairseq["model"]["init_style"] == "paper"
 
 
 def test_iwslt14_b2t_and_its_baseline_start_alike(tiny_data_bin):
