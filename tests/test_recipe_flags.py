@@ -184,6 +184,19 @@ CASES = {
             "--keep-last-epochs": ("-1", "every epoch kept, fairseq's default"),
         },
     ),
+    "clinic-iwslt-rezero": (  # iwslt14_de-en.md "## ReZero": the Admin command with --init-type rezero
+        "iwslt14/admin_scripts/rezero",
+        None,
+        1,
+        CLINIC_IWSLT.replace("--init-type adaptive", "--init-type rezero"),
+        {},
+        "transformer_rezero_iwslt_de_en",
+        {
+            "--share-decoder-input-output-embed": (True, "implied by --share-all-embeddings"),
+            "--max-epoch": ("0", "no limit, fairseq's default"),
+            "--keep-last-epochs": ("-1", "every epoch kept, fairseq's default"),
+        },
+    ),
     "clinic-wmt-admin-18": (
         "wmt14/admin_scripts/admin",
         "18L-18L",
