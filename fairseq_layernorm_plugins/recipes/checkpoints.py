@@ -61,3 +61,15 @@ def average_checkpoints(paths, output):
     with atomic_path(output) as tmp:
         torch.save(first, tmp)
     return Path(output)
+
+
+BEST_PROTOCOL = "checkpoint_best.pt: the lowest validation loss"
+
+
+def best_checkpoint(save_dir):
+    """``checkpoint_best.pt`` of ``save_dir`` (fairseq's lowest validation loss); an error naming
+    the folder when there is none."""
+    checkpoint = Path(save_dir) / "checkpoint_best.pt"
+    if not checkpoint.is_file():
+        raise ValueError(f"{save_dir}: no checkpoint_best.pt (the recipe scores the best checkpoint)")
+    return checkpoint

@@ -47,7 +47,9 @@ from fairseq_layernorm_plugins.atomic import write_json
 from fairseq_layernorm_plugins.prepare.moses import Tokenize
 from fairseq_layernorm_plugins.prepare.textio import read_lines, write_lines
 from fairseq_layernorm_plugins.recipes.checkpoints import (
+    BEST_PROTOCOL,
     average_checkpoints,
+    best_checkpoint,
     last_checkpoints,
     numbered_checkpoints,
     window_checkpoints,
@@ -194,12 +196,10 @@ def evaluate(
         checkpoint = averaged(checkpoints)  # scored again, so the hypotheses beside the run are the chosen window's
         scores, sentences = translate_and_score(checkpoint, subset, lenpen)
     elif gen.get("checkpoint") == "best" and average_last is None:
-        checkpoint = Path(run["save_dir"]) / "checkpoint_best.pt"
-        if not checkpoint.is_file():
-            raise ValueError(f"{run['save_dir']}: no checkpoint_best.pt (the recipe scores the best checkpoint)")
+        checkpoint = best_checkpoint(run["save_dir"])
         checkpoints = [checkpoint]
         scores, sentences = translate_and_score(checkpoint, subset, lenpen)
-        protocol = {"protocol": "checkpoint_best.pt: the lowest validation loss"}
+        protocol = {"protocol": BEST_PROTOCOL}
     else:
         n = average_last or gen.get("average_last", 1)
         bound = upper_bound if upper_bound is not None else gen.get("checkpoint_upper_bound")

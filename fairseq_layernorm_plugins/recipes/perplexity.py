@@ -13,7 +13,12 @@ from pathlib import Path
 import torch
 
 from fairseq_layernorm_plugins.atomic import write_json
-from fairseq_layernorm_plugins.recipes.checkpoints import average_checkpoints, last_checkpoints
+from fairseq_layernorm_plugins.recipes.checkpoints import (
+    BEST_PROTOCOL,
+    average_checkpoints,
+    best_checkpoint,
+    last_checkpoints,
+)
 from fairseq_layernorm_plugins.recipes.launch import BIN, PLUGIN_DIR, run_logged
 
 SUBSETS = ("valid", "test")
@@ -53,15 +58,13 @@ def evaluate_lm(run_dir, run, average_last=None, cpu=None, echo=print):
     run_dir = Path(run_dir)
     gen = run.get("generate", {})
     if gen.get("checkpoint") == "best" and average_last is None:
-        checkpoint = Path(run["save_dir"]) / "checkpoint_best.pt"
-        if not checkpoint.is_file():
-            raise ValueError(f"{run['save_dir']}: no checkpoint_best.pt (the recipe scores the best checkpoint)")
-        checkpoints, protocol = [checkpoint], "checkpoint_best.pt: the lowest validation loss"
+        checkpoints, protocol = [best_checkpoint(run["save_dir"])], BEST_PROTOCOL
     else:
         n = average_last or gen.get("average_last", 1)
         checkpoints = last_checkpoints(run["save_dir"], n)
-        checkpoint = checkpoints[0] if n == 1 else average_checkpoints(checkpoints, run_dir / f"checkpoint_avg{n}.pt")
         protocol = f"average of the last {len(checkpoints)} epoch checkpoints"
+    averaged = run_dir / f"checkpoint_avg{len(checkpoints)}.pt"
+    checkpoint = checkpoints[0] if len(checkpoints) == 1 else average_checkpoints(checkpoints, averaged)
     scores = {subset: score_perplexity(run, run_dir, checkpoint, subset, cpu) for subset in SUBSETS}
     result = {
         "recipe": run["recipe"],
