@@ -11,8 +11,12 @@ evaluation, table, plot):
    (fairseq's ``--stop-time-hours``; ``--max-update`` bounds it too), ``--jobs`` at once;
 3. evaluates each run on the full test set (``fairseq-generate``, beam 5; detokenised,
    cased SacreBLEU with its signature for Multi30k);
-4. writes ``<runs>/report.{md,csv,png}``: per method its BLEU, updates and training
-   time beside the Post-LN run of the same job, and the loss curves.
+4. trains each method again at a depth where Post-LN fails (the depth column, 18L-18L, see
+   :func:`deep_recipe`) and judges it by its final validation NLL against the unigram entropy
+   of the training targets: trained, stalled or diverged;
+5. writes ``<runs>/report.{md,csv,png}`` and ``report-depth.csv``: per method its BLEU,
+   updates and training time beside the Post-LN run of the same job, the depth column's
+   verdicts, and the loss curves of both.
 
 Resumable: a method with results is not run again (``--force`` reruns), an interrupted
 training resumes from its last checkpoint within what is left of its budget.
@@ -28,11 +32,16 @@ from pathlib import Path
 from fairseq_layernorm_plugins.recipes import experiment
 from fairseq_layernorm_plugins.recipes.experiment import REPO, SHARED
 
-# corpus: (recipe directory, default data directory, minutes per method, updates per method)
+# corpus: (recipe directory, default data directory, minutes per method, updates per method,
+# updates per method in the depth column)
 CORPORA = {
-    "multi30k": ("multi30k", REPO / "data" / "multi30k.de-en", 8.0, 0),
-    "iwslt14-mini": ("iwslt14_mini", REPO / "data" / "iwslt14-mini", 0.0, 200),
+    "multi30k": ("multi30k", REPO / "data" / "multi30k.de-en", 6.0, 0, 200),
+    "iwslt14-mini": ("iwslt14_mini", REPO / "data" / "iwslt14-mini", 0.0, 200, 0),
 }
+# The depth column: where deep Post-LN fails on Multi30k (docs/claims.md: 18L-18L, d=64, the B2T
+# and T-Fixup claims), with every method's recipe under one schedule, so that no method fails for
+# want of a warm-up: inverse-sqrt with DEPTH_WARMUP warm-up updates to DEPTH_LR, DEPTH_TOKENS per update.
+DEPTH_WIDTH, DEPTH_LR, DEPTH_WARMUP, DEPTH_TOKENS, DEPTH_VALIDATE = 64, 1e-3, 100, 1024, 100
 
 
 def run_method(method, args):
@@ -59,6 +68,53 @@ def run_method(method, args):
     result = evaluate(run)
     print(f"[{method}] done in {(time.time() - start) / 60:.1f} min", flush=True)
     return result
+
+
+def deep_recipe(method, args):
+    """The method's recipe (its optimizer, initialisation, dropout) at ``args.depth``, width
+    DEPTH_WIDTH (FFN 4 x, 4 heads) and the depth column's schedule, for ``args.depth_updates``
+    updates of DEPTH_TOKENS tokens."""
+    return experiment.scaled_recipe(
+        f"{CORPORA[args.corpus][0]}/{method}",
+        args.depth,
+        experiment.model_size(DEPTH_WIDTH),
+        updates=args.depth_updates,
+        tokens=DEPTH_TOKENS,
+        lr=[DEPTH_LR],
+        log_interval=25,
+        overrides={"fairseq": {"optimization": {"max_epoch": 0}}},
+        schedule={"_name": "inverse_sqrt", "warmup_updates": DEPTH_WARMUP, "warmup_init_lr": 1e-7},
+    )
+
+
+def run_deep(method, args):
+    """Train (or resume) one method's run of the depth column; returns its run directory. No
+    test set: the verdict is the final validation NLL's (``report.depth_rows``)."""
+    from fairseq_layernorm_plugins.recipes.launch import run_dir
+
+    recipe = deep_recipe(method, args)
+    run = run_dir(args.runs, recipe, args.seed)
+    spec = {"fairseq": recipe.fairseq, "budget": {"updates": args.depth_updates}, "seed": args.seed}
+    if (run / "spec.json").is_file() and args.force:
+        (run / "spec.json").write_text("{}")  # open_run_dir starts it afresh
+    experiment.open_run_dir(run, spec, f"{method} {args.depth}")
+    if not (run / "trained").is_file():
+        start = time.time()
+        extra = ["--no-progress-bar", "--validate-interval-updates", str(DEPTH_VALIDATE), "--no-epoch-checkpoints"]
+        error = experiment.run_training(recipe, run, args.data, args.seed, extra)
+        print(
+            f"[{method} {args.depth}] {'stopped: ' + error.splitlines()[0] if error else 'done'} "
+            f"in {(time.time() - start) / 60:.1f} min",
+            flush=True,
+        )
+        (run / "trained").touch()  # a NaN/inf stop is an outcome too
+    return run
+
+
+def run_job(job, args):
+    """One job of the main job: ("translate", method) or ("depth", method)."""
+    kind, method = job
+    return run_method(method, args) if kind == "translate" else run_deep(method, args)
 
 
 def main(argv=None):
@@ -93,11 +149,18 @@ def main(argv=None):
         "--minutes",
         type=float,
         help="training minutes per method (fairseq --stop-time-hours; 0 = none; "
-        "default: 8 for multi30k, none for iwslt14-mini)",
+        "default: 6 for multi30k, none for iwslt14-mini)",
     )
     parser.add_argument(
         "--max-update", type=int, help="updates per method (0 = none; default: none for multi30k, 200 for iwslt14-mini)"
     )
+    parser.add_argument(
+        "--depth-updates",
+        type=int,
+        help="updates per method in the depth column (0 = no depth column; default: 200 for multi30k, 0 for "
+        "iwslt14-mini)",
+    )
+    parser.add_argument("--depth", default="18L-18L", help="the depth column's depth (default 18L-18L)")
     parser.add_argument(
         "--validate-every", type=int, default=100, help="validate every N updates, for the curves (default 100)"
     )
@@ -120,13 +183,15 @@ def main(argv=None):
     methods = args.methods.split(",") if args.methods else known
     if set(methods) - set(known):
         parser.error(f"unknown method(s) {sorted(set(methods) - set(known))}; choose from {', '.join(known)}")
-    _, default_data, default_minutes, default_updates = CORPORA[args.corpus]
+    _, default_data, default_minutes, default_updates, default_depth_updates = CORPORA[args.corpus]
     args.data = args.data or str(default_data)
     args.minutes = default_minutes if args.minutes is None else args.minutes
     args.max_update = default_updates if args.max_update is None else args.max_update
+    args.depth_updates = default_depth_updates if args.depth_updates is None else args.depth_updates
     args.jobs = args.jobs or max(1, min(len(methods), os.cpu_count() or 1))
 
-    from fairseq_layernorm_plugins.recipes.report import baseline_report
+    from fairseq_layernorm_plugins.recipes import report
+    from fairseq_layernorm_plugins.recipes.curves import unigram_bits
 
     start = time.time()
     stamp = experiment.prepare_corpus(
@@ -142,15 +207,29 @@ def main(argv=None):
     print(
         f"training {len(methods)} method(s), {args.jobs} at once, each for at most {budget or 'its recipe'}", flush=True
     )
-    results = dict(experiment.parallel(lambda method: run_method(method, args), methods, args.jobs))
+    if args.depth_updates:
+        print(f"then each at {args.depth} (d={DEPTH_WIDTH}) for {args.depth_updates} updates: the depth column")
+    jobs = [("translate", m) for m in methods] + [("depth", m) for m in methods if args.depth_updates]
+    finished = dict(experiment.parallel(lambda job: run_job(job, args), jobs, args.jobs))
+    results = {m: finished[("translate", m)] for m in methods}
+    depth = args.depth_updates and report.DepthColumn(
+        [finished[("depth", m)] for m in methods],
+        unigram_bits(args.data),
+        f"{args.depth}, d={DEPTH_WIDTH}: {args.depth_updates} updates of {DEPTH_TOKENS} tokens, lr {DEPTH_LR:g}, "
+        f"{DEPTH_WARMUP} warm-up updates, each method's optimizer",
+    )
     out = Path(args.runs) / "report"
     failed = [f"{m}: training failed ({results[m]['error']})" for m in methods if "error" in results[m]]
     done = [results[m]["run_dir"] for m in methods if "error" not in results[m]]
     if not done:
         sys.exit("error: every method failed; see the train.log files under " + args.runs)
-    markdown = baseline_report(done, out, title=f"{args.corpus}, {budget or 'recipe budget'} per method", notes=failed)
+    markdown = report.baseline_report(
+        done, out, title=f"{args.corpus}, {budget or 'recipe budget'} per method", notes=failed, depth=depth or None
+    )
     print(markdown)
-    print(f"wrote {out}.md, {out}.csv, {out}.png (total {(time.time() - start) / 60:.1f} min)")
+    print(
+        f"wrote {out}.md, {out}.csv, {out}.png{', ' + str(out) + '-depth.csv' if depth else ''} (total {(time.time() - start) / 60:.1f} min)"
+    )
 
 
 if __name__ == "__main__":

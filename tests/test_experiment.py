@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from fairseq_layernorm_plugins.recipes import experiment
+from fairseq_layernorm_plugins.recipes import curves, experiment
 from fairseq_layernorm_plugins.recipes.curves import first_error
 
 UNIGRAM = 8.07  # bits: the unigram entropy of Multi30k's training targets (docs/claims.md)
@@ -26,13 +26,13 @@ UNIGRAM = 8.07  # bits: the unigram entropy of Multi30k's training targets (docs
     ],
 )
 def test_status_rule_at_its_boundaries(nll, expected):
-    assert experiment.status(nll, UNIGRAM) == expected
+    assert curves.status(nll, UNIGRAM) == expected
 
 
 def test_outcome_of_a_run_that_stopped_is_diverged_whatever_it_validated():
-    curves = {"valid": [{"nll_loss": 9.0}, {"nll_loss": 4.0}], "train": []}
-    assert experiment.Outcome(curves, 30.0, None, 1.0).status(UNIGRAM) == "trained"
-    assert experiment.Outcome(curves, 0.0, "FloatingPointError", 1.0).status(UNIGRAM) == "diverged"
+    logged = {"valid": [{"nll_loss": 9.0}, {"nll_loss": 4.0}], "train": []}
+    assert experiment.Outcome(logged, 30.0, None, 1.0).status(UNIGRAM) == "trained"
+    assert experiment.Outcome(logged, 0.0, "FloatingPointError", 1.0).status(UNIGRAM) == "diverged"
     assert experiment.Outcome({"valid": [], "train": []}, 0.0, None, 1.0).status(UNIGRAM) == "diverged"
 
 

@@ -2,11 +2,13 @@
 standing in for the official repository (checksums, cache, offline message), and the
 README's main job end to end on a tiny budget without ../shared."""
 
+import argparse
 import contextlib
 import csv
 import functools
 import gzip
 import http.server
+import json
 import shutil
 import sys
 import threading
@@ -16,6 +18,8 @@ from conftest import REPO, shared_data
 
 from fairseq_layernorm_plugins.prepare import fetch, multi30k
 from fairseq_layernorm_plugins.prepare.textio import DataError, read_lines
+from fairseq_layernorm_plugins.recipes.config import load_recipe
+from fairseq_layernorm_plugins.recipes.curves import read_log_curves, unigram_bits
 
 sys.path.insert(0, str(REPO / "scripts"))
 import main_job  # noqa: E402
@@ -170,6 +174,8 @@ def test_main_job_end_to_end_through_the_download_path(tmp_path, monkeypatch, mi
                 "4",
                 "--test-lines",
                 "20",
+                "--depth-updates",
+                "3",
             ]
         )
     assert sorted(requests) == sorted(f"/{name}" for name in SPLITS)
@@ -186,3 +192,36 @@ def test_main_job_end_to_end_through_the_download_path(tmp_path, monkeypatch, mi
     assert "SacreBLEU, detokenised on 20 test sentences" in markdown and "| preln |" in markdown
     assert (runs / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(read_lines(runs / "multi30k" / "preln" / "2L-2L.seed1" / "test.hyp.detok.en")) == 20
+    # the depth column: each method at 18L-18L, judged by its own log against the unigram entropy
+    with open(runs / "report-depth.csv") as f:
+        deep = {row["method"]: row for row in csv.DictReader(f)}
+    assert set(deep) == {"postln", "preln"}
+    unigram = unigram_bits(tmp_path / "data")
+    for method, row in deep.items():
+        run = runs / "multi30k" / method / "18L-18L.seed1"
+        launched = json.loads((run / "run.json").read_text())["command"]
+        assert "--encoder-layers 18" in launched and "--decoder-layers 18" in launched
+        valid = read_log_curves(run / "train.log")["valid"]
+        assert row["updates"] == "3" and valid[-1]["update"] == 3
+        assert row["valid_nll"] == f"{valid[-1]['nll_loss']:.2f}"
+        assert row["status"] == ("trained" if valid[-1]["nll_loss"] < unigram else "stalled")
+    assert "### 18L-18L, d=64: 3 updates of 1024 tokens" in markdown and f"({unigram:.2f} bits per token)" in markdown
+
+
+@pytest.mark.parametrize("method", ["postln", "preln", "admin", "tfixup", "b2t", "deepnet"])
+def test_depth_column_keeps_each_recipe_under_one_schedule(method):
+    """The depth column changes a recipe's depth, width, budget and schedule, nothing else: each
+    method keeps its optimizer (Admin's RAdam), initialisation and dropout."""
+    args = argparse.Namespace(corpus="multi30k", depth="18L-18L", depth_updates=200)
+    deep = main_job.deep_recipe(method, args).fairseq
+    own = load_recipe(f"multi30k/{method}").fairseq
+    assert deep["optimizer"] == own["optimizer"]
+    assert deep["lr_scheduler"] == {"_name": "inverse_sqrt", "warmup_updates": 100, "warmup_init_lr": 1e-7}
+    assert (deep["optimization"]["lr"], deep["optimization"]["max_update"]) == ([1e-3], 200)
+    assert deep["dataset"]["max_tokens"] == 1024
+    sizes = {"encoder_layers": 18, "decoder_layers": 18, "encoder_embed_dim": 64, "decoder_embed_dim": 64}
+    sizes |= {"encoder_ffn_embed_dim": 256, "decoder_ffn_embed_dim": 256}
+    assert {key: deep["model"][key] for key in sizes} == sizes
+    assert {k: v for k, v in deep["model"].items() if k not in sizes} == {
+        k: v for k, v in own["model"].items() if k not in sizes and not k.endswith("_layers")
+    }

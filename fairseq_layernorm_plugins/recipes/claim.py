@@ -4,7 +4,7 @@ language-model claim's: ``configs/wikitext2/``) at one depth (or one per run) an
 trained with the same optimizer, peak learning rate and schedule family, each in
 RUNS/CLAIM/<run> beside the spec that decides its outcome (``experiment.open_run_dir``).
 
-A run's record (OUT.json) holds its spec, status (``experiment.status``), validation curve
+A run's record (OUT.json) holds its spec, status (``curves.status``), validation curve
 (NLL and greedy BLEU per validation; a language model's NLL and perplexity), test BLEU (a
 language model's test perplexity), updates and training time. ``args`` below are
 ``scripts/claims.py``'s options.

@@ -144,3 +144,11 @@ def unigram_bits(data, target="en"):
     counts["</s>"] = len(lines)
     total = sum(counts.values())
     return -sum(n / total * math.log2(n / total) for n in counts.values())
+
+
+def status(final_nll, unigram):
+    """A run's status from its final validation NLL (bits per token): "diverged" when not finite
+    (fairseq stopped on a NaN/inf loss), "stalled" when not below ``unigram`` (the unigram
+    entropy of the training targets, :func:`unigram_bits`: the model learned word
+    frequencies at most), otherwise "trained"."""
+    return "diverged" if not math.isfinite(final_nll) else "stalled" if final_nll >= unigram else "trained"

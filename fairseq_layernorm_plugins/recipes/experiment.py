@@ -30,7 +30,7 @@ from typing import NamedTuple
 
 from fairseq_layernorm_plugins.atomic import write_json
 from fairseq_layernorm_plugins.recipes.config import Recipe, load_recipe, merge
-from fairseq_layernorm_plugins.recipes.curves import first_error, read_log_curves, training_summary
+from fairseq_layernorm_plugins.recipes.curves import first_error, read_log_curves, status, training_summary
 from fairseq_layernorm_plugins.recipes.launch import Launch, data_bin, train
 
 REPO = Path(__file__).resolve().parents[2]  # the checkout (the package is installed editable)
@@ -117,14 +117,6 @@ def parallel(work, items, jobs):
         futures = {pool.submit(work, item): item for item in items}
         for future in as_completed(futures):
             yield futures[future], future.result()
-
-
-def status(final_nll, unigram):
-    """A run's status from its final validation NLL (bits per token): "diverged" when not finite
-    (fairseq stopped on a NaN/inf loss), "stalled" when not below ``unigram`` (the unigram
-    entropy of the training targets, :func:`curves.unigram_bits`: the model learned word
-    frequencies at most), otherwise "trained"."""
-    return "diverged" if not math.isfinite(final_nll) else "stalled" if final_nll >= unigram else "trained"
 
 
 class Outcome(NamedTuple):

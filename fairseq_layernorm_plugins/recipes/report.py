@@ -13,13 +13,14 @@ import csv
 import io
 import json
 import logging
+import math
 import statistics
 from collections import defaultdict
 from pathlib import Path
 from typing import NamedTuple
 
 from fairseq_layernorm_plugins.atomic import atomic_path, write_text
-from fairseq_layernorm_plugins.recipes.curves import read_log_curves
+from fairseq_layernorm_plugins.recipes.curves import first_error, read_log_curves, status
 
 
 def collect(paths):
@@ -177,10 +178,11 @@ def baseline_rows(run_dirs, baseline="postln"):
     return rows
 
 
-def baseline_report(run_dirs, out, title, baseline="postln", notes=()):
+def baseline_report(run_dirs, out, title, baseline="postln", notes=(), depth=None):
     """Write OUT.md, OUT.csv (each method beside the ``baseline`` run of the same job: BLEU,
     updates, training time, final validation loss; ``notes`` listed below the table) and
-    OUT.png (loss curves); returns the Markdown."""
+    OUT.png (loss curves); ``depth`` (:class:`DepthColumn`) adds its table below (and in
+    OUT-depth.csv) and its validation curves as a panel of the plot. Returns the Markdown."""
     rows = baseline_rows(run_dirs, baseline)
     signatures = sorted({r["signature"] for r in rows if r["signature"]})
     header = [
@@ -219,12 +221,77 @@ def baseline_report(run_dirs, out, title, baseline="postln", notes=()):
             [r["method"], f"{r['bleu']:.2f}", diffs[0], r["updates"], diffs[1], f"{r['minutes']:.2f}", diffs[2], valid]
             + [r["signature"] or ""]
         )
-    markdown = "\n".join(lines + ([""] + [f"- {note}" for note in notes] if notes else [])) + "\n"
-    plot_curves(run_dirs, f"{out}.png", title=title)
-    with atomic_path(f"{out}.csv") as tmp, open(tmp, "w", newline="") as f:
-        csv.writer(f).writerows(table)
+    lines += [""] + [f"- {note}" for note in notes] if notes else []
+    if depth is not None:
+        depth_lines, depth_table = depth_section(depth)
+        lines += [""] + depth_lines
+        write_csv(f"{out}-depth.csv", depth_table)
+    markdown = "\n".join(lines) + "\n"
+    plot_curves(run_dirs, f"{out}.png", title=title, depth=depth)
+    write_csv(f"{out}.csv", table)
     write_text(f"{out}.md", markdown)
     return markdown
+
+
+def write_csv(path, rows):
+    with atomic_path(path) as tmp, open(tmp, "w", newline="") as f:
+        csv.writer(f).writerows(rows)
+
+
+class DepthColumn(NamedTuple):
+    """Runs of every method at one depth where Post-LN fails (the main job's depth column),
+    judged by their final validation NLL against ``unigram`` (:func:`curves.status`)."""
+
+    run_dirs: list
+    unigram: float  # bits per token: the unigram entropy of the training targets
+    setting: str  # what the runs are, for the table's title
+
+
+def depth_rows(depth):
+    """Per run of ``depth`` (:class:`DepthColumn`): method, depth, status, final validation NLL
+    (bits per token; NaN when fairseq stopped on a NaN/inf loss), how far it is below the
+    unigram entropy, updates and training minutes."""
+    rows = []
+    for run_dir in map(Path, depth.run_dirs):
+        run = json.loads((run_dir / "run.json").read_text())
+        curves = read_log_curves(run_dir / "train.log")
+        stopped = first_error(run_dir / "train.log")
+        nll = curves["valid"][-1]["nll_loss"] if curves["valid"] and stopped is None else math.nan
+        rows.append(
+            {
+                "method": run["recipe"].rsplit("/", 1)[-1],
+                "depth": run.get("depth"),
+                "status": status(nll, depth.unigram),
+                "valid_nll": nll,
+                "below_unigram": depth.unigram - nll,
+                "updates": curves["end"]["update"],
+                "minutes": curves["end"]["wall"] / 60,
+            }
+        )
+    return rows
+
+
+def depth_section(depth):
+    """(Markdown lines, CSV rows) of the depth column's table."""
+    rows = depth_rows(depth)
+    lines = [
+        f"### {depth.setting}",
+        "",
+        f"Status from the final validation NLL against the unigram entropy of the training targets "
+        f"({depth.unigram:.2f} bits per token): stalled = not below it, diverged = NaN/inf.",
+        "",
+        "| method | depth | status | final valid NLL (bits) | below unigram | updates | training min |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    table = [["method", "depth", "status", "valid_nll", "below_unigram", "updates", "minutes"]]
+    for r in rows:
+        nll, below = (f"{r[k]:.2f}" if math.isfinite(r[k]) else "" for k in ("valid_nll", "below_unigram"))
+        status_cell = r["status"] if r["status"] == "trained" else f"**{r['status']}**"
+        lines.append(
+            f"| {r['method']} | {r['depth']} | {status_cell} | {nll} | {below} | {r['updates']} | {r['minutes']:.1f} |"
+        )
+        table.append([r["method"], r["depth"], r["status"], nll, below, r["updates"], f"{r['minutes']:.2f}"])
+    return lines, table
 
 
 def pyplot():
@@ -239,33 +306,40 @@ def pyplot():
     return plt
 
 
-def plot_curves(run_dirs, output, title=""):
-    """One PNG: training loss, validation loss, and validation BLEU when the logs have it,
-    per (fractional) epoch; one line per run, a registered method's label and colour (its
-    runs at other depths or seeds in other line styles)."""
+def run_style(run_dir, seen):
+    """(label, colour, line style) of a run's curves: its registered method's label and colour, its
+    runs at other depths or seeds (counted in ``seen``) in other line styles."""
     from fairseq_layernorm_plugins.methods import METHODS, method_names
 
     method_names()  # registers every method
+    run = json.loads((Path(run_dir) / "run.json").read_text())
+    name = run["recipe"].rsplit("/", 1)[-1]
+    method = METHODS.get(name)
+    style = {
+        "label": f"{method.label if method else name} {run.get('depth') or ''}".strip(),
+        "color": method.colour if method else None,
+        "linestyle": ("-", "--", ":", "-.")[seen.get(name, 0) % 4],
+    }
+    seen[name] = seen.get(name, 0) + 1
+    return style
+
+
+def plot_curves(run_dirs, output, title="", depth=None):
+    """One PNG: training loss, validation loss, and validation BLEU when the logs have it,
+    per (fractional) epoch; one line per run, a registered method's label and colour (its
+    runs at other depths or seeds in other line styles). ``depth`` (:class:`DepthColumn`): a
+    last panel with its runs' validation NLL per update and the unigram entropy."""
     plt = pyplot()
-    runs, seen = [], {}
-    for run_dir in map(Path, run_dirs):
-        run = json.loads((run_dir / "run.json").read_text())
-        name = run["recipe"].rsplit("/", 1)[-1]
-        method = METHODS.get(name)
-        style = {
-            "label": f"{method.label if method else name} {run.get('depth') or ''}".strip(),
-            "color": method.colour if method else None,
-            "linestyle": ("-", "--", ":", "-.")[seen.get(name, 0) % 4],
-        }
-        seen[name] = seen.get(name, 0) + 1
-        runs.append((style, read_log_curves(run_dir / "train.log")))
+    seen = {}
+    runs = [(run_style(run_dir, seen), read_log_curves(Path(run_dir) / "train.log")) for run_dir in run_dirs]
     has_bleu = any(v["bleu"] is not None for _, c in runs for v in c["valid"])
-    fig, axes = plt.subplots(1, 3 if has_bleu else 2, figsize=(15 if has_bleu else 10, 4))
+    panels = 2 + has_bleu + (depth is not None)
+    fig, axes = plt.subplots(1, panels, figsize=(5 * panels, 4))
     for style, curves in runs:
         for ax, key, points in (
             (axes[0], "loss", curves["train"]),
             (axes[1], "loss", curves["valid"]),
-            (axes[-1] if has_bleu else None, "bleu", curves["valid"]),
+            (axes[2] if has_bleu else None, "bleu", curves["valid"]),
         ):
             if ax is not None and points:
                 ax.plot(
@@ -274,9 +348,19 @@ def plot_curves(run_dirs, output, title=""):
                     marker="o" if points is curves["valid"] else None,
                     **style,
                 )
-    for ax, (x, y) in zip(
-        axes, [("epoch", "training loss"), ("epoch", "validation loss"), ("epoch", "validation BLEU")]
-    ):
+    labels = [("epoch", "training loss"), ("epoch", "validation loss"), ("epoch", "validation BLEU")][: 2 + has_bleu]
+    if depth is not None:
+        ax, seen = axes[-1], {}
+        for run_dir in depth.run_dirs:
+            valid = read_log_curves(Path(run_dir) / "train.log")["valid"]
+            ax.plot(
+                [v["update"] for v in valid], [v["nll_loss"] for v in valid], marker="o", **run_style(run_dir, seen)
+            )
+        ax.axhline(depth.unigram, color="grey", linestyle="--", label="unigram entropy")
+        ax.set_title(depth.setting, fontsize=8)
+        ax.legend(fontsize=7)
+        labels.append(("update", "validation NLL (bits), deep models"))
+    for ax, (x, y) in zip(axes, labels):
         ax.set_xlabel(x)
         ax.set_ylabel(y)
         ax.grid(alpha=0.3)
