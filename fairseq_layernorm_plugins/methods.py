@@ -43,6 +43,8 @@ class Method:
 
 
 METHODS = {}  # name -> Method
+# the four papers' methods (Post-LN, Pre-LN, Admin, T-Fixup, B2T, DeepNet): the main job's default
+PAPER_METHODS = ("postln", "preln", "admin", "tfixup", "b2t", "deepnet")
 # matplotlib's ten default colours, then six more that stand apart from them
 COLOURS = tuple(f"C{i}" for i in range(10)) + ("black", "darkgoldenrod", "teal", "navy", "magenta", "lime")
 

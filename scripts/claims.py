@@ -36,6 +36,9 @@ checkpoint of the lowest validation loss. ``shallow`` is the claim made for it:
 
     python scripts/claims.py shallow --patience 5 --validate-every 500 --updates 30000 --out docs/claims/shallow
 
+The newer methods (DLCL, ResiDual, Peri-LN, Mix-LN, LayerNorm Scaling, DyT, ReZero): ``newer`` and
+``newer-nowarmup`` run them in the B2T and T-Fixup claims' settings beside Pre-LN and Post-LN.
+
 Language models: ``lm`` is the B2T paper's Table 3 claim on WikiText-2 (configs/wikitext2/, the
 language-model recipes scaled to a CPU; runs at 6L and 16L; validation loss only, test
 perplexity by fairseq-eval-lm of checkpoint_best.pt; prepared with fairseq-ln-prepare wikitext2):
@@ -146,6 +149,30 @@ CLAIMS["shallow"] = Claim(
         Run("tfixup no warm-up", "tfixup"),  # the authors' recipe: no warm-up
     ),
     baseline="preln",
+)
+
+
+NEWER = ("periln", "mixln", "lns", "rezero", "dyt", "residual", "dlcl", "dlcl_postnorm")  # beyond the papers' six
+CLAIMS["newer"] = Claim(
+    paper="The B2T claim's setting (18L-18L, warm-up 300, lr 1e-3) for the newer placements and initialisations",
+    statement="At 18L-18L with warm-up, where Post-LN fails, each newer method trains; how far each ends from Pre-LN.",
+    depth="18L-18L",
+    width=64,
+    lr=1e-3,
+    decay_after=300,
+    runs=tuple(Run(method, method, warmup=300) for method in ("preln", "postln", *NEWER)),
+    baseline="preln",
+)
+CLAIMS["newer-nowarmup"] = Claim(
+    paper="The T-Fixup claim's setting (18L-18L, no warm-up, lr 5e-4) for the newer placements and initialisations",
+    statement="At 18L-18L without warm-up, where Post-LN fails, which newer methods train; how far each ends from "
+    "Pre-LN.",
+    depth="18L-18L",
+    width=64,
+    lr=5e-4,
+    decay_after=300,
+    runs=tuple(Run(f"{method} no warm-up", method) for method in ("preln", "postln", *NEWER)),
+    baseline="preln no warm-up",
 )
 
 

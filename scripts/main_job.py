@@ -41,7 +41,7 @@ CORPORA = {
 # The depth column: where deep Post-LN fails on Multi30k (docs/claims.md: 18L-18L, d=64, the B2T
 # and T-Fixup claims), with every method's recipe under one schedule, so that no method fails for
 # want of a warm-up: inverse-sqrt with DEPTH_WARMUP warm-up updates to DEPTH_LR, DEPTH_TOKENS per update.
-DEPTH_WIDTH, DEPTH_LR, DEPTH_WARMUP, DEPTH_TOKENS, DEPTH_VALIDATE = 64, 1e-3, 100, 1024, 100
+DEPTH_WIDTH, DEPTH_LR, DEPTH_WARMUP, DEPTH_TOKENS, DEPTH_VALIDATE = 64, 1e-3, 100, 1024, 50
 
 
 def run_method(method, args):
@@ -111,6 +111,20 @@ def run_deep(method, args):
     return run
 
 
+def chosen_methods(methods, corpus):
+    """The methods ``--methods`` names (comma-separated; "all": every method with a recipe for the
+    corpus; None: the papers' six), in table order as given."""
+    from fairseq_layernorm_plugins.methods import PAPER_METHODS, method_names
+
+    known = method_names(CORPORA[corpus][0])
+    if methods == "all":
+        return known
+    chosen = methods.split(",") if methods else [m for m in known if m in PAPER_METHODS]
+    if set(chosen) - set(known):
+        raise ValueError(f"unknown method(s) {sorted(set(chosen) - set(known))}; choose from {', '.join(known)}")
+    return chosen
+
+
 def run_job(job, args):
     """One job of the main job: ("translate", method) or ("depth", method)."""
     kind, method = job
@@ -143,7 +157,9 @@ def main(argv=None):
         "--runs", default=str(REPO / "runs" / "main-job"), help="runs, logs, results, report (default: runs/main-job)"
     )
     parser.add_argument(
-        "--methods", help="comma-separated (default: every registered method with a recipe for the corpus)"
+        "--methods",
+        help="comma-separated, or 'all': every registered method with a recipe for the corpus (default: the "
+        "papers' six, Post-LN, Pre-LN, Admin, T-Fixup, B2T and DeepNet)",
     )
     parser.add_argument(
         "--minutes",
@@ -177,12 +193,10 @@ def main(argv=None):
         "--force", action="store_true", help="retrain and re-evaluate methods that already have results"
     )
     args = parser.parse_args(argv)
-    from fairseq_layernorm_plugins.methods import method_names
-
-    known = method_names(CORPORA[args.corpus][0])
-    methods = args.methods.split(",") if args.methods else known
-    if set(methods) - set(known):
-        parser.error(f"unknown method(s) {sorted(set(methods) - set(known))}; choose from {', '.join(known)}")
+    try:
+        methods = chosen_methods(args.methods, args.corpus)
+    except ValueError as err:
+        parser.error(str(err))
     _, default_data, default_minutes, default_updates, default_depth_updates = CORPORA[args.corpus]
     args.data = args.data or str(default_data)
     args.minutes = default_minutes if args.minutes is None else args.minutes

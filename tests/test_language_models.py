@@ -64,6 +64,8 @@ def test_where_the_layer_norms_sit(lm_data_bin, family):
     assert layer.encoder_attn is None
     if family == "transformer_lm_residual":  # the output joins the two streams: x_L + LN(d_L)
         assert type(model.decoder.layer_norm).__name__ == "DualOutput"
+    elif family.startswith("transformer_lm_dlcl"):  # the output combines the history, then its final norm if any
+        assert (model.decoder.layer_norm.final_norm is None) is post_ln
     else:
         assert (model.decoder.layer_norm is None) is post_ln
     norms = (torch.nn.LayerNorm, DynamicTanh)

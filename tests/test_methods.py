@@ -7,10 +7,10 @@ import textwrap
 
 from conftest import REPO, plugin_archs
 
-from fairseq_layernorm_plugins.methods import METHODS, method_names
+from fairseq_layernorm_plugins.methods import METHODS, PAPER_METHODS, method_names
 
 SEEDS = ["postln", "preln", "admin", "tfixup", "b2t", "deepnet"]
-SEEDS_AFTER = ["periln", "mixln", "lns", "rezero", "dyt", "residual", "dlcl"]  # the newer methods, after the seeds
+SEEDS_AFTER = ["periln", "mixln", "lns", "rezero", "dyt", "residual", "dlcl", "dlcl_postnorm"]  # after the seeds
 
 
 def test_every_plugin_model_is_a_method_in_table_order():
@@ -18,7 +18,7 @@ def test_every_plugin_model_is_a_method_in_table_order():
     assert {m.lm_model for m in METHODS.values()} == set(plugin_archs("lm").values())
     assert method_names() == SEEDS + SEEDS_AFTER
     assert len({m.colour for m in METHODS.values()}) == len(METHODS)
-    assert method_names("multi30k") == SEEDS  # the main job runs the four papers' methods and their baselines
+    assert list(PAPER_METHODS) == SEEDS  # the main job's default: the four papers' methods and their baselines
     assert METHODS["admin"].arch("_iwslt_de_en") == "transformer_admin_iwslt_de_en"
 
 
@@ -26,7 +26,7 @@ TOY_METHOD = """
 import sys
 from fairseq.models import register_model
 
-from fairseq_layernorm_plugins.methods import METHODS, method_names, register_method
+from fairseq_layernorm_plugins.methods import METHODS, PAPER_METHODS, method_names, register_method
 from fairseq_layernorm_plugins.models.base import PluginTransformerModel, register_arch_family
 from fairseq_layernorm_plugins.modules import PluginDecoderLayer, PluginEncoderLayer
 

@@ -16,6 +16,7 @@ import threading
 import pytest
 from conftest import REPO, shared_data
 
+from fairseq_layernorm_plugins.methods import PAPER_METHODS, method_names
 from fairseq_layernorm_plugins.prepare import fetch, multi30k
 from fairseq_layernorm_plugins.prepare.textio import DataError, read_lines
 from fairseq_layernorm_plugins.recipes.config import load_recipe
@@ -225,3 +226,12 @@ def test_depth_column_keeps_each_recipe_under_one_schedule(method):
     assert {k: v for k, v in deep["model"].items() if k not in sizes} == {
         k: v for k, v in own["model"].items() if k not in sizes and not k.endswith("_layers")
     }
+
+
+def test_main_job_trains_the_papers_six_unless_told_all():
+    every = method_names("multi30k")
+    assert main_job.chosen_methods(None, "multi30k") == list(PAPER_METHODS)
+    assert main_job.chosen_methods("all", "multi30k") == every and set(PAPER_METHODS) < set(every)
+    assert main_job.chosen_methods("dyt,postln", "multi30k") == ["dyt", "postln"]
+    with pytest.raises(ValueError, match=r"unknown method\(s\) \['nope'\]; choose from postln, preln"):
+        main_job.chosen_methods("postln,nope", "multi30k")

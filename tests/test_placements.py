@@ -191,3 +191,28 @@ def test_dlcl_feeds_each_layer_a_learned_sum_of_every_earlier_output(tiny_data_b
         got = encoder(tokens, src_lengths=torch.tensor([5, 4]))["encoder_out"][0]
     torch.testing.assert_close(got, expected)
     assert history.outputs == [] and history.weights.requires_grad
+
+
+def test_dlcl_postnorm_feeds_each_post_ln_layer_the_normalised_learned_sum(tiny_data_bin):
+    """The authors' post-norm variant: x_{l+1} = LN_l(sum_{k<=l} W[l, k] y_k) (LN_0 the identity),
+    each layer Post-LN on it, the output LN_L(sum_{k<=L} W[L, k] y_k) and no final LayerNorm."""
+    model = built(tiny_data_bin, "transformer_dlcl_postnorm", *DEEP)
+    encoder = model.encoder
+    history = encoder.dlcl
+    assert history.post_norm and encoder.layer_norm.final_norm is None
+    assert not model.cfg.encoder.normalize_before and not model.cfg.decoder.normalize_before
+    with torch.no_grad():
+        history.weights.add_(0.3 * torch.randn(history.weights.shape).tril())
+    tokens = torch.tensor([[5, 6, 7, 8, 2], [9, 10, 11, 2, 1]])
+    with torch.no_grad():
+        y, _ = encoder.forward_embedding(tokens)
+        pad = tokens.eq(1)
+        kept = [y.transpose(0, 1)]  # y_0, as it is
+        for index, layer in enumerate(encoder.layers):
+            total = sum(history.weights[index, k] * kept[k] for k in range(index + 1))
+            x = total if index == 0 else history.layer_norms[index - 1](total)
+            x1 = layer.self_attn_layer_norm(x + attn(layer, x, pad))
+            kept.append(layer.final_layer_norm(x1 + ffn(layer, x1)))
+        expected = history.layer_norms[7](sum(history.weights[8, k] * kept[k] for k in range(9)))
+        got = encoder(tokens, src_lengths=torch.tensor([5, 4]))["encoder_out"][0]
+    torch.testing.assert_close(got, expected)

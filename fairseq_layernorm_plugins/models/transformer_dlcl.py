@@ -14,6 +14,14 @@ never takes effect). W is (L+1) x (L+1), lower-triangular, learnable, one scalar
 l, ``--init-value avg``), without softmax (their default). LN_1..LN_L are new LayerNorms, one
 per layer output, following ``--norm-type``.
 
+``transformer_dlcl_postnorm`` is the authors' other variant, on Post-LN layers (their code with
+``normalize_before`` off): the sum is normalised instead of its terms, and the stack has no
+final LayerNorm of its own,
+
+    x_{l+1} = LN_l(sum_{k=0..l} W[l, k] y_k),   LN_0 = identity
+    y_{l+1} = PostLNLayer(x_{l+1})
+    output  = LN_L(sum_{k=0..L} W[L, k] y_k)
+
 The history lives in the stack (``dlcl``: W and the LayerNorms) and is fed by a forward
 pre-hook on each layer (fairseq's layers take one tensor), so these models run eagerly but are
 not scriptable, and take no LayerDrop (a skipped layer would leave a gap in the history).
@@ -40,25 +48,32 @@ def dlcl_average_weights(num_layers):
 
 class LayerHistory(nn.Module):
     """One stack's DLCL state: W (L+1, L+1), LN_1..LN_L, and during a pass the outputs y_0..y_l
-    seen so far, each (T, B, C), LN_k already applied."""
+    seen so far, each (T, B, C): pre-norm, LN_k already applied; ``post_norm``, as they came."""
 
-    def __init__(self, num_layers, embed_dim, cfg):
+    def __init__(self, num_layers, embed_dim, cfg, post_norm=False):
         super().__init__()
         self.weights = nn.Parameter(dlcl_average_weights(num_layers))
         self.layer_norms = nn.ModuleList(LayerNorm(embed_dim) for _ in range(num_layers))
         norm_type_(self.layer_norms, cfg, [str(index) for index in range(num_layers)])
+        self.post_norm = post_norm
         self.outputs = []
 
+    def normalized(self, x: Tensor, k: int) -> Tensor:
+        """LN_k(x); LN_0 is the identity."""
+        return x if k == 0 else self.layer_norms[k - 1](x)
+
     def push(self, y: Tensor, k: int):
-        """Keep y_k, normalised by LN_k (y_0, the embedding, as it is)."""
+        """Keep y_k: pre-norm, as LN_k(y_k); post-norm, as it is."""
         if k == 0:
             self.outputs = []
-        self.outputs.append(y if k == 0 else self.layer_norms[k - 1](y))
+        self.outputs.append(y if self.post_norm else self.normalized(y, k))
 
     def combine(self) -> Tensor:
-        """sum_{k<=l} W[l, k] LN_k(y_k) for the l + 1 outputs kept (Wang et al. 2019; wangqiangneu/dlcl ``pop``)."""
-        row = self.weights[len(self.outputs) - 1]
-        return sum(row[k] * y for k, y in enumerate(self.outputs))
+        """For the l + 1 outputs kept (Wang et al. 2019; wangqiangneu/dlcl ``pop``): pre-norm
+        sum_{k<=l} W[l, k] LN_k(y_k), post-norm LN_l(sum_{k<=l} W[l, k] y_k)."""
+        last = len(self.outputs) - 1
+        total = sum(self.weights[last, k] * y for k, y in enumerate(self.outputs))
+        return self.normalized(total, last) if self.post_norm else total
 
 
 class HistoryRef:
@@ -78,7 +93,8 @@ def dlcl_layer_input(layer, args, kwargs):
 
 
 class DLCLOutput(nn.Module):
-    """The stack's output, in place of its final LayerNorm: LN_final(sum_{k<=L} W[L, k] LN_k(y_k)).
+    """The stack's output, in place of its final LayerNorm: pre-norm LN_final(sum_{k<=L} W[L, k]
+    LN_k(y_k)), post-norm (no final LayerNorm: ``final_norm`` None) LN_L(sum_{k<=L} W[L, k] y_k).
 
     Input y_L (T, B, C); output (T, B, C)."""
 
@@ -90,18 +106,20 @@ class DLCLOutput(nn.Module):
     def forward(self, y: Tensor) -> Tensor:
         history = self.ref.history
         history.push(y, self.ref.index)
-        out = self.final_norm(history.combine())
+        out = history.combine()
         history.outputs = []  # keep no activations between passes
-        return out
+        return out if self.final_norm is None else self.final_norm(out)
 
 
 class DLCLLayerMixin:
-    """Pre-LN layers whose inputs come from the stack's history (``init_stack_``)."""
+    """Layers whose inputs come from the stack's history (``init_stack_``): pre-norm on Pre-LN
+    layers, post-norm on Post-LN ones."""
 
     @classmethod
     def init_stack_(cls, stack_module, cfg, stack):
         super().init_stack_(stack_module, cfg, stack)
-        stack_module.dlcl = LayerHistory(stack.num_layers, stack.embed_dim, cfg)
+        post_norm = not (cfg.encoder if stack.kind == "encoder" else cfg.decoder).normalize_before
+        stack_module.dlcl = LayerHistory(stack.num_layers, stack.embed_dim, cfg, post_norm)
         for index, layer in enumerate(stack_layers(stack_module)):
             layer.dlcl = HistoryRef(stack_module.dlcl, index)
             layer.register_forward_pre_hook(dlcl_layer_input, with_kwargs=True)
@@ -109,11 +127,11 @@ class DLCLLayerMixin:
 
 
 class DLCLEncoderLayer(DLCLLayerMixin, PluginEncoderLayer):
-    """DLCL's encoder layer (Pre-LN)."""
+    """DLCL's encoder layer (Pre-LN; Post-LN in the post-norm variant)."""
 
 
 class DLCLDecoderLayer(DLCLLayerMixin, PluginDecoderLayer):
-    """DLCL's decoder layer (Pre-LN)."""
+    """DLCL's decoder layer (Pre-LN; Post-LN in the post-norm variant)."""
 
 
 class DLCLModel:
@@ -148,12 +166,45 @@ class TransformerDLCLLanguageModel(DLCLModel, PluginTransformerLanguageModel):
     decoder_layer_cls = DLCLDecoderLayer
 
 
+POSTNORM_INCOMPATIBLE = {k: v for k, v in DLCLModel.incompatible_flags.items() if k != "no_decoder_final_norm"}
+
+
+@register_model("transformer_dlcl_postnorm")
+class TransformerDLCLPostNormModel(TransformerDLCLModel):
+    """Post-LN encoder-decoder Transformer with post-norm DLCL in both stacks."""
+
+    incompatible_flags = POSTNORM_INCOMPATIBLE  # no final LayerNorm to drop
+
+
+@register_model("transformer_lm_dlcl_postnorm")
+class TransformerDLCLPostNormLanguageModel(TransformerDLCLLanguageModel):
+    """Post-LN decoder-only language model with post-norm DLCL."""
+
+    incompatible_flags = POSTNORM_INCOMPATIBLE
+
+
 def dlcl_defaults(args):
     """DLCL (Wang et al. 2019): each layer's input a learned sum of every earlier LN'd output."""
+
+
+def dlcl_postnorm_defaults(args):
+    """DLCL post-norm (Wang et al. 2019): each layer's input LN of a learned sum of every earlier output."""
 
 
 ARCHS = register_arch_family("transformer_dlcl", dlcl_defaults, normalize_before=True)
 LM_ARCHS = register_lm_arch_family("transformer_lm_dlcl", dlcl_defaults, normalize_before=True)
 METHOD = register_method(
     "dlcl", "transformer_dlcl", "DLCL", "Wang et al. 2019", order=12, lm_model="transformer_lm_dlcl"
+)
+POSTNORM_ARCHS = register_arch_family("transformer_dlcl_postnorm", dlcl_postnorm_defaults, normalize_before=False)
+POSTNORM_LM_ARCHS = register_lm_arch_family(
+    "transformer_lm_dlcl_postnorm", dlcl_postnorm_defaults, normalize_before=False
+)
+POSTNORM_METHOD = register_method(
+    "dlcl_postnorm",
+    "transformer_dlcl_postnorm",
+    "DLCL post-norm",
+    "Wang et al. 2019",
+    order=13,
+    lm_model="transformer_lm_dlcl_postnorm",
 )
