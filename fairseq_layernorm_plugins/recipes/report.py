@@ -15,6 +15,7 @@ import json
 import logging
 import math
 import statistics
+import textwrap
 from collections import defaultdict
 from pathlib import Path
 from typing import NamedTuple
@@ -357,7 +358,7 @@ def plot_curves(run_dirs, output, title="", depth=None):
                 [v["update"] for v in valid], [v["nll_loss"] for v in valid], marker="o", **run_style(run_dir, seen)
             )
         ax.axhline(depth.unigram, color="grey", linestyle="--", label="unigram entropy")
-        ax.set_title(depth.setting, fontsize=8)
+        ax.set_title(textwrap.fill(depth.setting, 60), fontsize=8)
         ax.legend(fontsize=7)
         labels.append(("update", "validation NLL (bits), deep models"))
     for ax, (x, y) in zip(axes, labels):
