@@ -25,6 +25,7 @@ training resumes from its last checkpoint within what is left of its budget.
 import argparse
 import json
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -95,8 +96,8 @@ def run_deep(method, args):
     recipe = deep_recipe(method, args)
     run = run_dir(args.runs, recipe, args.seed)
     spec = {"fairseq": recipe.fairseq, "budget": {"updates": args.depth_updates}, "seed": args.seed}
-    if (run / "spec.json").is_file() and args.force:
-        (run / "spec.json").write_text("{}")  # open_run_dir starts it afresh
+    if args.force:
+        shutil.rmtree(run, ignore_errors=True)
     experiment.open_run_dir(run, spec, f"{method} {args.depth}")
     if not (run / "trained").is_file():
         start = time.time()
