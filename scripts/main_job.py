@@ -36,7 +36,7 @@ from fairseq_layernorm_plugins.recipes.experiment import REPO, SHARED
 # corpus: (recipe directory, default data directory, minutes per method, updates per method,
 # updates per method in the depth column)
 CORPORA = {
-    "multi30k": ("multi30k", REPO / "data" / "multi30k.de-en", 6.0, 0, 200),
+    "multi30k": ("multi30k", REPO / "data" / "multi30k.de-en", 7.0, 0, 200),
     "iwslt14-mini": ("iwslt14_mini", REPO / "data" / "iwslt14-mini", 0.0, 200, 0),
 }
 # The depth column: where deep Post-LN fails on Multi30k (docs/claims.md: 18L-18L, d=64, the B2T
