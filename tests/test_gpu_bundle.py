@@ -165,6 +165,21 @@ def check_data(tmp_path_factory):
     return data
 
 
+def test_check_methods_default_to_every_recipe_and_the_papers_six_on_a_dry_run():
+    """Part a's methods: every IWSLT14-mini recipe (B2T w/o LN beside B2T) by default, the papers'
+    six on a dry run, a named subset in table order, and an unknown name refused."""
+    from fairseq_layernorm_plugins.methods import PAPER_METHODS, method_names
+
+    every = method_names("iwslt14_mini")
+    assert check.chosen_methods(None, False) == check.chosen_methods("all", True)
+    assert [m for m in check.chosen_methods(None, False) if m != "b2t_noln"] == every
+    assert len(every) > len(PAPER_METHODS)  # the newer methods run on the GPU, not in the dry run
+    assert check.chosen_methods(None, True) == [*PAPER_METHODS[:5], "b2t_noln", PAPER_METHODS[5]]
+    assert check.chosen_methods("deepnet,postln", False) == ["postln", "deepnet"]
+    with pytest.raises(ValueError, match="unknown method"):
+        check.chosen_methods("postln,sandwich", False)
+
+
 @pytest.mark.slow(3)
 def test_check_dry_run_trains_scores_and_resumes(check_data, tmp_path):
     """check.py --dry-run: every part on CPU in fp16; a second call of part b reuses the runs."""
@@ -186,9 +201,9 @@ def test_check_dry_run_trains_scores_and_resumes(check_data, tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads((out / "check.json").read_text())
     trained = {r["name"]: r for r in report["runs"]}
-    assert set(trained) == {f"a.{m}.2L.fp16" for m in check.METHODS} | {f"d.{m}.3L.fp16" for m in check.DEEP} | {
-        "b.admin.2L.fp32"
-    }
+    assert set(trained) == {f"a.{m}.2L.fp16" for m in check.chosen_methods(None, True)} | {
+        f"d.{m}.3L.fp16" for m in check.DEEP
+    } | {"b.admin.2L.fp32"}
     for r in trained.values():
         assert "error" not in r and r["finite"] and r["updates"] == (1 if r["part"] == "b" else 8)
         if r["part"] != "b":

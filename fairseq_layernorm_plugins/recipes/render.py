@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 
 from fairseq_layernorm_plugins.atomic import atomic_path, write_text
+from fairseq_layernorm_plugins.methods import COLOURS
 from fairseq_layernorm_plugins.recipes.experiment import seed_results
 from fairseq_layernorm_plugins.recipes.report import pyplot
 
@@ -480,7 +481,7 @@ def check_plot(report, path, methods):
     for ax, (part, records) in zip(axes[0], groups):
         for r in records:
             style = {"bf16": "--", "fp32": ":"}.get(r["precision"], "-")
-            color = f"C{methods.index(r['method'])}"  # one colour per method, one line style per precision
+            color = COLOURS[methods.index(r["method"]) % len(COLOURS)]  # a colour per method, a style per precision
             ax.plot(r["train_updates"], r["train_loss"], style, color=color, label=f"{r['label']} {r['precision']}")
         ax.set_xlabel("update")
         ax.set_ylabel("training loss (bits)")

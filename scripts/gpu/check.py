@@ -9,7 +9,7 @@
 Writes OUT/check.json (everything measured), OUT/check.md (the tables, the device, the
 command) and OUT/check.png (training loss per update). The parts (``--parts``):
 
-a. every method (Post-LN, Pre-LN, Admin, T-Fixup, B2T, B2T w/o LN, DeepNet) at 6L-6L
+a. every method with an IWSLT14-mini recipe (``--methods``; B2T w/o LN beside B2T) at 6L-6L
    ``transformer_iwslt_de_en`` size on IWSLT14-mini, in fp16 and in bf16, ``--updates``
    updates each with the method's IWSLT14-mini recipe (its optimizer and schedule, the
    IWSLT14 recipe's peak lr): losses finite and falling, the fp16 loss scale's history,
@@ -30,8 +30,8 @@ reruns). ``--device cpu``: every part in fairseq's own fp16 and bf16 paths on a 
 beside them), at 6L-6L / 18L-18L d=64 for 80 / 40 updates: what a 2-core CPU finishes (a CPU
 without fp16 arithmetic, most x86 ones, runs fp16 matrix products 20-90x slower than fp32),
 so that a GPU only has to repeat runs already known to work. ``--dry-run`` (no GPU needed):
-fp16 on CPU, tiny models, a few updates, 3L-3L for the "deep" part; it checks that the check
-itself works, not the device.
+fp16 on CPU, tiny models, a few updates, 3L-3L for the "deep" part, the papers' six methods
+unless ``--methods`` says otherwise; it checks that the check itself works, not the device.
 """
 
 import argparse
@@ -133,14 +133,28 @@ class Run:
         return f"{self.part}.{self.method}.{self.layers}L.{self.precision}"
 
 
-def plan(parts, budget):
-    """The training runs the parts need, in the order they are started (deep ones first: longest)."""
+def chosen_methods(methods, dry_run):
+    """The part-a methods ``--methods`` names (comma-separated keys of METHODS; "all", the default:
+    every one; on a dry run the default is the papers' six and B2T w/o LN), in METHODS order."""
+    from fairseq_layernorm_plugins.methods import PAPER_METHODS
+
+    if methods is None:
+        methods = ",".join(m for m in METHODS if METHODS[m][0] in PAPER_METHODS) if dry_run else "all"
+    chosen = set(METHODS) if methods == "all" else set(methods.split(","))
+    if chosen - set(METHODS):
+        raise ValueError(f"unknown method(s) {sorted(chosen - set(METHODS))}; choose from {', '.join(METHODS)}")
+    return [m for m in METHODS if m in chosen]
+
+
+def plan(parts, budget, methods):
+    """The training runs the parts need for part a's ``methods``, in the order they are started
+    (deep ones first: longest)."""
     runs = []
     if "d" in parts:
         runs += [Run("d", m, budget.precisions[0], budget.deep_layers, budget.deep_updates) for m in DEEP]
     if "a" in parts or "b" in parts or "f" in parts:
         # without part a: only the runs part b (Admin) and part f (Pre-LN) need
-        methods = METHODS if "a" in parts else [m for m, part in (("admin", "b"), ("preln", "f")) if part in parts]
+        methods = methods if "a" in parts else [m for m, part in (("admin", "b"), ("preln", "f")) if part in parts]
         runs += [Run("a", m, p, budget.layers, budget.updates) for m in methods for p in budget.precisions]
     if "b" in parts:
         runs.append(Run("b", "admin", "fp32", budget.layers, 1))
@@ -221,6 +235,10 @@ def main(argv=None):
         "--runs", default=str(REPO / "runs" / "gpu-check"), help="training runs (default: runs/gpu-check)"
     )
     parser.add_argument("--parts", default=PARTS, help=f"which parts, from {PARTS} (default: all)")
+    parser.add_argument(
+        "--methods",
+        help=f"part a's methods, comma-separated, from {', '.join(METHODS)}; all (default; a dry run: the papers' six)",
+    )
     parser.add_argument("--jobs", type=int, help="training runs at once (default: 4 on a GPU, 2 on a CPU)")
     parser.add_argument(
         "--device", choices=("cuda", "cpu"), default="cuda", help="cuda (default), or cpu: the same parts on a CPU"
@@ -238,6 +256,10 @@ def main(argv=None):
 
     if args.dry_run:
         args.device = "cpu"
+    try:
+        methods = chosen_methods(args.methods, args.dry_run)
+    except ValueError as e:
+        parser.error(f"--methods: {e}")
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.exit(2, "error: no CUDA device; run with --device cpu (or --dry-run to check the check)\n")
     if not (Path(args.data) / "bin").is_dir():
@@ -255,11 +277,11 @@ def main(argv=None):
     facts = experiment.device_facts(args.device, ", dry run" if args.dry_run else "")
     report = {"facts": facts, "command": command, "budget": budget.__dict__, "runs": []}
     if "c" in args.parts:  # alone on the device: timings
-        archs = ["--archs", *(REGISTRY[name].model for name in METHODS if name in REGISTRY and name != "postln")]
+        archs = ["--archs", *(REGISTRY[name].model for name in methods if name in REGISTRY and name != "postln")]
         report["throughput"] = [
             benchmark("c", "throughput.py", p, args, *budget.bench, *archs) for p in budget.precisions
         ]
-    runs = plan(args.parts, budget)
+    runs = plan(args.parts, budget, methods)
     trained = dict(experiment.parallel(lambda run: train_run(run, args), runs, args.jobs))
     if "e" in args.parts:
         trained = dict(experiment.parallel(lambda run: evaluate_run(trained[run], args), runs, args.jobs))
