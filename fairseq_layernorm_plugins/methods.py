@@ -57,6 +57,16 @@ def register_method(name, model, label, paper, order=100, lm_model=None):
     return METHODS[name]
 
 
+def pick_methods(spec, known, default):
+    """The method names a ``--methods`` value gives: comma-separated, in the order given;
+    "all": ``known``; empty or None: ``default``. ValueError naming any not in ``known``."""
+    chosen = list(known) if spec == "all" else spec.split(",") if spec else list(default)
+    unknown = sorted(set(chosen) - set(known))
+    if unknown:
+        raise ValueError(f"unknown method(s) {unknown}; choose from {', '.join(known)}")
+    return chosen
+
+
 def method_names(setting=None, config_dir=None):
     """Registered method names in table order; with ``setting`` (``iwslt14``,
     ``iwslt14_mini``, ``multi30k``, ...) only those with a recipe there. Every method is

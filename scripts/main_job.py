@@ -115,15 +115,10 @@ def run_deep(method, args):
 def chosen_methods(methods, corpus):
     """The methods ``--methods`` names (comma-separated; "all": every method with a recipe for the
     corpus; None: the papers' six), in table order as given."""
-    from fairseq_layernorm_plugins.methods import PAPER_METHODS, method_names
+    from fairseq_layernorm_plugins.methods import PAPER_METHODS, method_names, pick_methods
 
     known = method_names(CORPORA[corpus][0])
-    if methods == "all":
-        return known
-    chosen = methods.split(",") if methods else [m for m in known if m in PAPER_METHODS]
-    if set(chosen) - set(known):
-        raise ValueError(f"unknown method(s) {sorted(set(chosen) - set(known))}; choose from {', '.join(known)}")
-    return chosen
+    return pick_methods(methods, known, [m for m in known if m in PAPER_METHODS])
 
 
 def run_job(job, args):

@@ -136,13 +136,10 @@ class Run:
 def chosen_methods(methods, dry_run):
     """The part-a methods ``--methods`` names (comma-separated keys of METHODS; "all", the default:
     every one; on a dry run the default is the papers' six and B2T w/o LN), in METHODS order."""
-    from fairseq_layernorm_plugins.methods import PAPER_METHODS
+    from fairseq_layernorm_plugins.methods import PAPER_METHODS, pick_methods
 
-    if methods is None:
-        methods = ",".join(m for m in METHODS if METHODS[m][0] in PAPER_METHODS) if dry_run else "all"
-    chosen = set(METHODS) if methods == "all" else set(methods.split(","))
-    if chosen - set(METHODS):
-        raise ValueError(f"unknown method(s) {sorted(chosen - set(METHODS))}; choose from {', '.join(METHODS)}")
+    default = [m for m in METHODS if METHODS[m][0] in PAPER_METHODS] if dry_run else list(METHODS)
+    chosen = pick_methods(methods, list(METHODS), default)
     return [m for m in METHODS if m in chosen]
 
 
