@@ -4,6 +4,7 @@ flag, and a language-model recipe trained, scored by fairseq-eval-lm and put in 
 import pytest
 from conftest import LM_WORDS
 
+from fairseq_layernorm_plugins.methods import method_names
 from fairseq_layernorm_plugins.recipes.config import load_recipe
 from fairseq_layernorm_plugins.recipes.evaluate import evaluate
 from fairseq_layernorm_plugins.recipes.launch import Launch, train
@@ -31,7 +32,12 @@ def options(flags):
     return out
 
 
-@pytest.mark.parametrize("method", ["postln", "preln", "b2t", "admin", "tfixup", "deepnet"])
+def test_every_method_has_its_language_model_recipes():
+    """Each registered method's language model is in the B2T setting and its CPU-scale copy."""
+    assert method_names("wikitext103") == method_names("wikitext2") == method_names()
+
+
+@pytest.mark.parametrize("method", method_names("wikitext103"))
 def test_wikitext103_recipe_is_the_b2t_papers_setting(method):
     """Table 7: Adam (0.9, 0.98), lr 1e-3, inverse sqrt from 2k warm-up, 50k updates, 1024 tokens
     per GPU, on 128 GPUs at 6L and 192 at 16L (Table 8), here spread over 8 GPUs; Baevski and
