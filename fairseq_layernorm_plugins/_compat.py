@@ -16,6 +16,13 @@ makes to fairseq's own behaviour, each named:
   ``LanguagePairDataset.get_batch_shapes`` read ``np.compat.long``, which NumPy 2 removed, and
   die with an AttributeError. Those two modules see a NumPy that has it again (int64, NumPy
   1.x's ``np.compat.long`` on Linux). Applied on import; it changes only runs that would fail.
+* ``loader_thread_exit`` (fairseq 0.12.x): fairseq reads batches ahead in a daemon thread
+  (``iterators.BackgroundConsumer``). A run that ends while that thread is inside torch
+  (``--max-update`` or ``--patience`` stopping it mid-epoch) leaves it there, and Python's
+  shutdown ends it mid-call: the process aborts ("terminate called without an active
+  exception", exit 134) after the run has finished and saved, and a batch scheduler marks the
+  job failed. At exit, before the interpreter shuts down, each such thread now finishes the
+  batch it is reading and stops. Applied on import; it changes only how a process ends.
 * ``keep_last_batch`` (fairseq 0.12.3 / main, so fairseq-fixed): ``batch_by_size`` drops
   the last batch of every split (up to 7 sentences). Applied when one of the plugin's
   models is built, so fairseq's own archs batch as without the plugin.
@@ -88,6 +95,7 @@ PATCHES = (
     "bf16_without_tpu",
     "fp16_on_cpu",
     "numpy_compat_long",
+    "loader_thread_exit",
     "keep_last_batch",
     "resume_batches",
     "patience_resume",
@@ -114,6 +122,7 @@ def apply(name, *args):
             "bf16_without_tpu": bf16_without_tpu,
             "fp16_on_cpu": fp16_on_cpu,
             "numpy_compat_long": numpy_compat_long,
+            "loader_thread_exit": loader_thread_exit,
             "keep_last_batch": keep_last_batch,
             "resume_batches": resume_batches,
             "patience_resume": patience_resume,
@@ -154,6 +163,52 @@ def numpy_compat_long():
     for module in (token_block_dataset, language_pair_dataset):
         if not isinstance(module.np, _NumpyWithCompat):
             module.np = _NumpyWithCompat(module.np)
+
+
+def loader_thread_exit(timeout=10.0):
+    """Stop fairseq's read-ahead threads at exit, before the interpreter shuts down (module
+    docstring): each ``BackgroundConsumer`` reads its source through a generator that ends once
+    the process exits; its queue is emptied so that a ``put`` waiting for room returns. Gives
+    up after ``timeout`` seconds (a thread left then ends as it would have)."""
+    import atexit
+    import queue
+    import threading
+    import time
+    import weakref
+
+    from fairseq.data import iterators
+
+    consumer_cls = iterators.BackgroundConsumer
+    if getattr(consumer_cls.__init__, "loader_thread_exit", False):
+        return
+    exiting = threading.Event()
+    consumers = weakref.WeakSet()
+    init = consumer_cls.__init__
+
+    def until_exit(source):
+        for item in source:
+            if exiting.is_set():
+                return
+            yield item
+
+    def __init__(self, queue, source, *args, **kwargs):
+        init(self, queue, until_exit(source), *args, **kwargs)
+        consumers.add(self)
+
+    def stop_consumers():
+        exiting.set()
+        deadline = time.monotonic() + timeout
+        for thread in list(consumers):
+            while thread.is_alive() and time.monotonic() < deadline:
+                try:
+                    while True:
+                        thread._queue.get_nowait()
+                except queue.Empty:
+                    thread.join(0.05)
+
+    __init__.loader_thread_exit = True
+    consumer_cls.__init__ = __init__
+    atexit.register(stop_consumers)
 
 
 def _drops_last_batch(batch_by_size):

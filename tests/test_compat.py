@@ -208,3 +208,40 @@ def test_token_blocks_build_under_numpy_2():
     sentences = [torch.tensor([4, 5, 2]), torch.tensor([6, 2]), torch.tensor([7, 8, 9, 2])]
     blocks = TokenBlockDataset(sentences, np.array([3, 2, 4]), block_size=None, pad=1, eos=2, break_mode="eos")
     assert [blocks[i].tolist() for i in range(len(blocks))] == [s.tolist() for s in sentences]
+
+
+READ_AHEAD_AT_EXIT = """
+import torch
+from fairseq.data import iterators
+import fairseq_layernorm_plugins  # noqa: F401
+
+
+class Endless:
+    def __len__(self):
+        return 10**9
+
+    def __iter__(self):
+        x = torch.randn(400, 400)
+        while True:
+            yield x @ x  # the read-ahead thread spends its time in torch, outside the GIL
+
+
+batches = iterators.BufferedIterator(1000, Endless())
+next(batches)  # the run is over; its read-ahead thread is still reading
+"""
+
+
+@pytest.mark.parametrize("patched", [True, False])
+def test_a_process_ends_cleanly_while_fairseq_still_reads_ahead(patched):
+    """fairseq's read-ahead thread caught inside torch at shutdown aborts the process (exit 134,
+    "terminate called without an active exception") after the run is done: with
+    ``loader_thread_exit`` the thread stops first and the process exits 0."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    if not patched:
+        env["FAIRSEQ_LAYERNORM_PLUGINS_NO_PATCH"] = "loader_thread_exit"
+    for _ in range(3):
+        proc = subprocess.run([sys.executable, "-c", READ_AHEAD_AT_EXIT], capture_output=True, text=True, env=env)
+        if patched:
+            assert proc.returncode == 0, proc.stderr[-2000:]
+        else:  # what the patch is for; once this passes, fairseq or torch has fixed it
+            assert proc.returncode == -6 and "terminate called" in proc.stderr
