@@ -167,9 +167,10 @@ def numpy_compat_long():
 
 def loader_thread_exit(timeout=10.0):
     """Stop fairseq's read-ahead threads at exit, before the interpreter shuts down (module
-    docstring): each ``BackgroundConsumer`` reads its source through a generator that ends once
-    the process exits; its queue is emptied so that a ``put`` waiting for room returns. Gives
-    up after ``timeout`` seconds (a thread left then ends as it would have)."""
+    docstring): each ``BackgroundConsumer`` reads its source through a generator that fetches
+    nothing more once the process exits, and its queue is emptied so that a ``put`` waiting
+    for room returns. Gives up after ``timeout`` seconds (a thread left then ends as it would
+    have). ``--data-buffer-size 0`` (fairseq's) avoids the thread altogether."""
     import atexit
     import queue
     import threading
@@ -183,11 +184,14 @@ def loader_thread_exit(timeout=10.0):
         return
     exiting = threading.Event()
     consumers = weakref.WeakSet()
-    init = consumer_cls.__init__
+    init, run = consumer_cls.__init__, consumer_cls.run
 
     def until_exit(source):
-        for item in source:
-            if exiting.is_set():
+        iterator = iter(source)
+        while not exiting.is_set():
+            try:
+                item = next(iterator)
+            except StopIteration:
                 return
             yield item
 
@@ -195,19 +199,29 @@ def loader_thread_exit(timeout=10.0):
         init(self, queue, until_exit(source), *args, **kwargs)
         consumers.add(self)
 
+    def run_then_release(self):
+        try:
+            run(self)
+        finally:
+            self._source = None  # the source's iterator (a DataLoader's workers) goes when run() ends, as before
+
     def stop_consumers():
         exiting.set()
         deadline = time.monotonic() + timeout
-        for thread in list(consumers):
-            while thread.is_alive() and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
+            alive = [thread for thread in list(consumers) if thread.is_alive()]
+            if not alive:
+                return
+            for thread in alive:
                 try:
                     while True:
                         thread._queue.get_nowait()
                 except queue.Empty:
-                    thread.join(0.05)
+                    pass
+            alive[0].join(0.05)
 
     __init__.loader_thread_exit = True
-    consumer_cls.__init__ = __init__
+    consumer_cls.__init__, consumer_cls.run = __init__, run_then_release
     atexit.register(stop_consumers)
 
 
