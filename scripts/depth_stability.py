@@ -111,8 +111,7 @@ def summarize(losses):
 
 
 def plot(curves, path, title):
-    from fairseq_layernorm_plugins.atomic import atomic_path
-    from fairseq_layernorm_plugins.recipes.report import pyplot
+    from fairseq_layernorm_plugins.recipes.figures import pyplot, save_figure
 
     plt = pyplot()
 
@@ -123,9 +122,7 @@ def plot(curves, path, title):
     ax.set_ylabel("training loss (label-smoothed, base 2)")
     ax.set_title(title)
     ax.legend()
-    fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=120)
+    save_figure(fig, path, dpi=120)
 
 
 def main(argv=None):

@@ -70,8 +70,7 @@ def measure(data_bin, archs, depths, model_args, sentences, seed, lr, checkpoint
 
 
 def plot(results, out):
-    from fairseq_layernorm_plugins.atomic import atomic_path
-    from fairseq_layernorm_plugins.recipes.report import pyplot
+    from fairseq_layernorm_plugins.recipes.figures import pyplot, save_figure
 
     plt = pyplot()
     archs = list(results)
@@ -121,10 +120,7 @@ def plot(results, out):
         ax.set(title=arch.replace("_iwslt_de_en", ""), xlabel="encoder layer", ylabel="encoder layer")
     figures["cosine"] = fig
     for name, fig in figures.items():
-        fig.tight_layout()
-        with atomic_path(Path(out) / f"{name}.png") as tmp:
-            fig.savefig(tmp, dpi=110)
-        plt.close(fig)
+        save_figure(fig, Path(out) / f"{name}.png")
 
 
 def label_path(item):

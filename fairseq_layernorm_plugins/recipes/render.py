@@ -12,19 +12,10 @@ their OUT.json holds; ``experiment.py``):
 import math
 from pathlib import Path
 
-from fairseq_layernorm_plugins.atomic import atomic_path, write_text
+from fairseq_layernorm_plugins.atomic import write_text
 from fairseq_layernorm_plugins.methods import COLOURS
 from fairseq_layernorm_plugins.recipes.experiment import seed_results
-from fairseq_layernorm_plugins.recipes.report import pyplot
-
-
-def save_figure(fig, path):
-    """Write ``fig`` as ``path`` (a PNG, through a temp file) and close it."""
-    fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=110, format="png")
-    pyplot().close(fig)
-    return Path(path)
+from fairseq_layernorm_plugins.recipes.figures import pyplot, save_figure
 
 
 def save_report(fig, out, lines):

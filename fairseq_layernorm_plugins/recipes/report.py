@@ -12,7 +12,6 @@ import argparse
 import csv
 import io
 import json
-import logging
 import math
 import statistics
 import textwrap
@@ -22,6 +21,7 @@ from typing import NamedTuple
 
 from fairseq_layernorm_plugins.atomic import atomic_path, write_text
 from fairseq_layernorm_plugins.recipes.curves import first_error, read_log_curves, status
+from fairseq_layernorm_plugins.recipes.figures import pyplot, save_figure
 
 
 def collect(paths):
@@ -295,18 +295,6 @@ def depth_section(depth):
     return lines, table
 
 
-def pyplot():
-    """matplotlib.pyplot on the file-only Agg backend, with matplotlib's own logging at
-    WARNING (fairseq's logging setup would otherwise print its font search at DEBUG)."""
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # before its import logs anything
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def run_style(run_dir, seen):
     """(label, colour, line style) of a run's curves: its registered method's label and colour, its
     runs at other depths or seeds (counted in ``seen``) in other line styles."""
@@ -367,11 +355,7 @@ def plot_curves(run_dirs, output, title="", depth=None):
         ax.grid(alpha=0.3)
     axes[0].legend()
     fig.suptitle(title)
-    fig.tight_layout()
-    with atomic_path(output) as tmp:
-        fig.savefig(tmp, dpi=120, format="png")
-    plt.close(fig)
-    return Path(output)
+    return save_figure(fig, output, dpi=120)
 
 
 MAIN_DOC = """Collect evaluated runs into a paper's table (Markdown + CSV, ours beside the
