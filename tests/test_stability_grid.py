@@ -76,9 +76,13 @@ def test_one_cell_end_to_end_resumes_and_refuses_another_budget(tmp_path):
     assert "| method | 1L-1L lr 0.001 no warm-up |" in markdown
     assert f"{cell['valid_nll']:.2f} / {cell['bleu']:.2f}" in markdown.split("| preln |")[1].splitlines()[0]
     assert (tmp_path / "grid.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "![final validation NLL per cell](grid.png)" in markdown
+    written = "\n## Another grid\n\nits table\n\n## Findings\n\nwritten by hand\n"
+    (tmp_path / "grid.md").write_text(markdown + written)
 
     again = grid(tmp_path, "--updates", "3")  # the cell is in grid.json: nothing is retrained
     assert again.returncode == 0 and "1 of 1 cells already" in again.stdout
+    assert (tmp_path / "grid.md").read_text() == markdown + written  # re-rendered, the hand-written sections kept
     assert json.loads((tmp_path / "grid.json").read_text())["cells"] == [cell]
 
     other = grid(tmp_path, "--updates", "4")

@@ -252,7 +252,8 @@ def grid_progress(key, cell):
 
 def grid_report(cells, commands, out, unigram):
     """OUT.md (methods x (depth, lr, warm-up): final validation NLL / test BLEU, the status
-    where not trained; a hand-written "## Findings" section of an earlier OUT.md is kept) and
+    where not trained; the hand-written sections of an earlier OUT.md, from its first "## "
+    heading on, are kept) and
     OUT.png (heat map of the final validation NLL); ``unigram``: the stall threshold in bits."""
     import numpy as np
 
@@ -294,9 +295,10 @@ def grid_report(cells, commands, out, unigram):
                 + f"{cell['valid_nll']:.2f} / {cell['bleu']:.2f}"
             )
         lines.append("| " + " | ".join(row) + " |")
+    lines += ["", f"![final validation NLL per cell]({Path(out).name}.png)"]
     previous = Path(f"{out}.md").read_text() if Path(f"{out}.md").exists() else ""
-    findings = previous[previous.index("\n## Findings") :] if "\n## Findings" in previous else ""  # hand-written, kept
-    write_text(f"{out}.md", "\n".join(lines) + "\n" + findings)
+    written = previous[previous.index("\n## ") :] if "\n## " in previous else ""  # hand-written sections, kept
+    write_text(f"{out}.md", "\n".join(lines) + "\n" + written)
     fig, ax = plt.subplots(figsize=(1.3 * len(columns) + 2, 0.5 * len(methods) + 2))
     image = ax.imshow(grid, cmap="viridis_r", aspect="auto")
     for i, method in enumerate(methods):
