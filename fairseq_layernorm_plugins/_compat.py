@@ -175,7 +175,6 @@ def loader_thread_exit(timeout=10.0):
     import queue
     import threading
     import time
-    import weakref
 
     from fairseq.data import iterators
 
@@ -183,7 +182,6 @@ def loader_thread_exit(timeout=10.0):
     if getattr(consumer_cls.__init__, "loader_thread_exit", False):
         return
     exiting = threading.Event()
-    consumers = weakref.WeakSet()
     init, run = consumer_cls.__init__, consumer_cls.run
 
     def until_exit(source):
@@ -197,7 +195,6 @@ def loader_thread_exit(timeout=10.0):
 
     def __init__(self, queue, source, *args, **kwargs):
         init(self, queue, until_exit(source), *args, **kwargs)
-        consumers.add(self)
 
     def run_then_release(self):
         try:
@@ -209,7 +206,7 @@ def loader_thread_exit(timeout=10.0):
         exiting.set()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            alive = [thread for thread in list(consumers) if thread.is_alive()]
+            alive = [thread for thread in threading.enumerate() if isinstance(thread, consumer_cls)]
             if not alive:
                 return
             for thread in alive:
