@@ -17,7 +17,8 @@ _compat.check_fairseq()
 _compat.apply("bf16_without_tpu")
 _compat.apply("numpy_compat_long")
 _compat.apply("loader_thread_exit")
-_compat.apply("fp16_on_cpu")  # keep_last_batch applies when a plugin model is built (see _compat)
+_compat.apply("fp16_on_cpu")
+_compat.apply("fp16_cpu_products")  # keep_last_batch applies when a plugin model is built (see _compat)
 
 from fairseq_layernorm_plugins import models, optim  # noqa: E402,F401  (registers everything)
 

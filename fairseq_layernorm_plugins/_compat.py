@@ -11,6 +11,13 @@ makes to fairseq's own behaviour, each named:
   copy (``torch.cuda.current_device()``) and on the first gradient overflow
   (``torch.tensor(0.0).cuda()``); ``--cpu --amp`` silently trains in fp32. Applied on
   import; it changes only runs without CUDA.
+* ``fp16_cpu_products`` (any fairseq): a CPU without fp16 arithmetic multiplies fp16
+  matrices several times slower than fp32 ones, so an fp16 run on a CPU spends most of its
+  time there. An fp16 training or validation step on a CPU, and beam search with an fp16
+  model on a CPU, compute their matrix products (and fused attention) in fp32 from the fp16
+  inputs and round the results to fp16, as a GPU's fp16 kernels do
+  (``cpu_fp16.HalfProductsInFloat``). Applied on import; it changes only fp16 runs on a CPU
+  that has no fp16 arithmetic of its own.
 * ``numpy_compat_long`` (fairseq 0.12.x with NumPy >= 2): ``TokenBlockDataset`` (a language
   model's data at inference: ``fairseq-interactive``, ``--sample-break-mode eos``) and
   ``LanguagePairDataset.get_batch_shapes`` read ``np.compat.long``, which NumPy 2 removed, and
@@ -94,6 +101,7 @@ PATCHES = (
     "checkpoint_loading",
     "bf16_without_tpu",
     "fp16_on_cpu",
+    "fp16_cpu_products",
     "numpy_compat_long",
     "loader_thread_exit",
     "keep_last_batch",
@@ -121,6 +129,7 @@ def apply(name, *args):
             "checkpoint_loading": enable_fairseq_checkpoint_loading,
             "bf16_without_tpu": bf16_without_tpu,
             "fp16_on_cpu": fp16_on_cpu,
+            "fp16_cpu_products": fp16_cpu_products,
             "numpy_compat_long": numpy_compat_long,
             "loader_thread_exit": loader_thread_exit,
             "keep_last_batch": keep_last_batch,
@@ -502,3 +511,46 @@ def fp16_on_cpu():
             )
 
     _wrap_call_main("fp16_on_cpu", refuse_amp_on_cpu)
+
+
+def fp16_cpu_products():
+    """Compute an fp16 run's matrix products in fp32 on a CPU without fp16 arithmetic.
+
+    ``Trainer.train_step`` and ``Trainer.valid_step`` of an ``--fp16`` run without CUDA, and
+    ``SequenceGenerator._generate`` (``fairseq-generate``, ``--eval-bleu``) with an fp16 model
+    on the CPU, run inside :class:`cpu_fp16.HalfProductsInFloat`: fp16 inputs, fp32
+    accumulation, fp16 results, what the CPU's own fp16 kernels compute, several times faster.
+    A CPU that has fp16 arithmetic (:func:`cpu_fp16.native_fp16_products`) keeps torch's kernels.
+    """
+    import functools
+
+    import torch
+    from fairseq.sequence_generator import SequenceGenerator
+    from fairseq.trainer import Trainer
+
+    from fairseq_layernorm_plugins import cpu_fp16
+
+    def products_in_float(method, half_on_cpu):
+        if getattr(method, "fp16_cpu_products", False):
+            return method
+
+        @functools.wraps(method)
+        def wrapped(self, *args, **kwargs):
+            if not half_on_cpu(self) or cpu_fp16.native_fp16_products() or cpu_fp16.active():
+                return method(self, *args, **kwargs)
+            with cpu_fp16.HalfProductsInFloat():
+                return method(self, *args, **kwargs)
+
+        wrapped.fp16_cpu_products = True
+        return wrapped
+
+    def fp16_trainer_on_cpu(trainer):
+        return trainer.cfg.common.fp16 and not trainer.cuda and not trainer.tpu
+
+    def fp16_model_on_cpu(generator):
+        weight = next(generator.model.parameters(), None)
+        return weight is not None and weight.dtype == torch.float16 and weight.device.type == "cpu"
+
+    Trainer.train_step = products_in_float(Trainer.train_step, fp16_trainer_on_cpu)
+    Trainer.valid_step = products_in_float(Trainer.valid_step, fp16_trainer_on_cpu)
+    SequenceGenerator._generate = products_in_float(SequenceGenerator._generate, fp16_model_on_cpu)

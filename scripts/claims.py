@@ -227,6 +227,13 @@ def main(argv=None):
         help="start every run of the claim from this initialisation (see --init-style of the archs) instead of "
         "the claim's own; run directories go to RUNS/CLAIM-init-STYLE/",
     )
+    parser.add_argument(
+        "--precision",
+        choices=("fp32", "fp16", "bf16"),
+        default="fp32",
+        help="train every run in this precision (fairseq's --fp16 / --bf16, on a CPU too: docs/mixed_precision.md); "
+        "run directories go to RUNS/CLAIM-PRECISION/ (default fp32)",
+    )
     parser.add_argument("--runs", default=str(REPO / "runs" / "claims"), help="run directories go to RUNS/CLAIM/")
     parser.add_argument("--out", help="writes OUT.md, OUT.png, OUT.json (default: RUNS/CLAIM)")
     args = parser.parse_args(argv)

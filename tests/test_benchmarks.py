@@ -1,5 +1,6 @@
 """The benchmarks: profile_step.py puts every operator's time in one category of its outermost op;
-throughput.py and decoding.py write their numbers as JSON (``--json``), which the harness reads."""
+throughput.py and decoding.py write their numbers as JSON (``--json``), which the harness reads;
+cpu_precision.py times fairseq-train in each precision."""
 
 import json
 import sys
@@ -10,6 +11,7 @@ from conftest import PLUGIN_DIR, REPO, TINY_MODEL, run_cli
 from fairseq_layernorm_plugins.recipes.experiment import run_benchmark
 
 sys.path.insert(0, str(REPO / "benchmarks"))
+import cpu_precision  # noqa: E402
 import decoding  # noqa: E402
 import profile_step  # noqa: E402
 
@@ -113,3 +115,21 @@ def test_decoding_writes_its_numbers_as_json(tiny_data_bin, tmp_path):
     assert result["sentences"] == 40 and 0 <= result["same"] <= 40 and len(result["ratios"]) == 2
     assert min(result["ratios"]) == result["spread"][0] and result["stock_sentences_per_s"] > 0
     assert (result["device"], result["precision"], result["beam"]) == ("cpu", "fp32", 5)
+
+
+def test_cpu_precision_times_every_arch_in_every_precision(tiny_data_bin, tmp_path):
+    """fairseq's transformer in fp32 first (the baseline), then each arch in each precision
+    asked for (here fp16 with the plugin's fp16_cpu_products off); a failed run is one line
+    naming it."""
+    argv = ["--data", str(tiny_data_bin), "--archs", "transformer_preln", "--layers", "1", "--dim", "16"]
+    argv += ["--updates", "3", "--log-interval", "1", "--precisions", "fp16, torch's kernels"]
+    cpu_precision.main([*argv, "--json", str(tmp_path / "t.json")])
+    rows = json.loads((tmp_path / "t.json").read_text())["rows"]
+    assert [(r["arch"], r["precision"]) for r in rows] == [
+        (arch, precision)
+        for arch in ("transformer", "transformer_preln")
+        for precision in ("fp32", "fp16, torch's kernels")
+    ]
+    assert all(r["seconds_per_update"] > 0 for r in rows)
+    with pytest.raises(SystemExit, match=r"^transformer_nope fp32: fairseq-train failed: .*transformer_nope"):
+        cpu_precision.main([*argv[:2], "--archs", "transformer_nope", *argv[4:]])

@@ -137,6 +137,24 @@ def test_patience_stops_a_run_and_scores_its_best_checkpoint(tmp_path, monkeypat
     assert "| preln no warm-up | 6 | 2 | yes |" in out.with_suffix(".md").read_text()
 
 
+def test_precision_trains_every_run_in_fp16_and_reports_its_loss_scale(tmp_path, monkeypatch):
+    """``--precision fp16``: fairseq's --fp16 (on this CPU), runs in RUNS/CLAIM-fp16, the
+    precision in each run's spec, and the loss scale in the report."""
+    shared_data("multi30k", "task1_raw")
+    monkeypatch.setitem(claims.CLAIMS, "toy", claims.Claim(**{**TOY.__dict__, "runs": TOY.runs[1:]}))
+    args = ["toy", "--updates", "50", "--validate-every", "25", "--test-lines", "20", "--precision", "fp16"]
+    claims.main([*args, "--data-dir", str(tmp_path / "data"), "--runs", str(tmp_path / "runs")])
+    out = tmp_path / "runs" / "toy-fp16"
+    (record,) = json.loads(out.with_suffix(".json").read_text())["runs"]
+    assert record["spec"]["precision"] == "fp16" and record["updates"] == 50  # logged every 25
+    assert record["loss_scale_min"] >= 1 and record["loss_scale_last"] >= record["loss_scale_min"]
+    assert '"loss_scale"' in (out / "preln_no_warm-up" / "train.log").read_text()  # fairseq's fp16 optimizer
+    markdown = out.with_suffix(".md").read_text()
+    assert "Precision: fp16." in markdown and "| loss scale min / last |" in markdown
+    scale = f"| {record['loss_scale_min']:g} / {record['loss_scale_last']:g} |"
+    assert markdown.splitlines()[-1].startswith("| preln no warm-up |") and scale in markdown
+
+
 @pytest.mark.slow(1)
 def test_language_model_claim_end_to_end(tmp_path, monkeypatch):
     """A language-model claim (``corpus="wikitext2"``): decoder-only runs at their own depths on
@@ -267,6 +285,11 @@ def test_init_style_option_overrides_the_claims_initialisation_and_has_its_own_r
     for init_style, directory in ((None, "toy"), ("paper", "toy-init-paper")):
         args.init_style = init_style
         for run in claim.runs:
-            model = claims.run_spec(claim, run, args)[1]["fairseq"]["model"]
-            assert model["init_style"] == (init_style or "fairseq") and model["dropout"] == 0.2
+            spec = claims.run_spec(claim, run, args)[1]
+            assert spec["fairseq"]["model"]["init_style"] == (init_style or "fairseq")
+            assert spec["fairseq"]["model"]["dropout"] == 0.2
+            assert "precision" not in spec  # fp32 runs' specs as before --precision existed
         assert claims.claim_dir(args) == tmp_path / directory
+    args.precision = "bf16"
+    assert claims.run_spec(claim, claim.runs[0], args)[1]["precision"] == "bf16"
+    assert claims.claim_dir(args) == tmp_path / "toy-init-paper-bf16"

@@ -1,5 +1,5 @@
 """fairseq's own fp16 and bf16 training paths on a CPU (``_compat.fp16_on_cpu``,
-``_compat.bf16_without_tpu``), for every method the package registers, each run through
+``_compat.bf16_without_tpu``, ``_compat.fp16_cpu_products``), for every method the package registers, each run through
 fairseq-train's own entry point in this process (``helpers/in_process.py``)."""
 
 import json
@@ -11,6 +11,7 @@ import torch
 from conftest import PLUGIN_DIR, TINY_MODEL, run_cli
 from helpers.in_process import fairseq_train
 
+from fairseq_layernorm_plugins import cpu_fp16
 from fairseq_layernorm_plugins.models.base import ARCH_FAMILIES
 
 # every registered method at its base size, and B2T without its LayerNorms beside B2T
@@ -185,3 +186,63 @@ def test_stock_fairseq_cli_trains_in_fp16_and_bf16_on_cpu(tiny_data_bin, tmp_pat
         )
         assert "num_updates 3" in out
         assert ("| loss_scale " in out) == (precision == "fp16")
+
+
+@pytest.fixture
+def half_products(monkeypatch):
+    """A list that gets the name of every fp16 CPU product :class:`cpu_fp16.HalfProductsInFloat`
+    computes in fp32."""
+    computed, dispatch = [], cpu_fp16.HalfProductsInFloat.__torch_dispatch__
+
+    def counting(self, func, types, args=(), kwargs=None):
+        if func in cpu_fp16.PRODUCTS and cpu_fp16._half_on_cpu((args, kwargs)):
+            computed.append(func.__name__)
+        return dispatch(self, func, types, args, kwargs)
+
+    monkeypatch.setattr(cpu_fp16.HalfProductsInFloat, "__torch_dispatch__", counting)
+    return computed
+
+
+def test_fp16_steps_on_cpu_compute_their_products_in_fp32(tiny_data_bin, tmp_path, half_products, monkeypatch):
+    """``_compat.fp16_cpu_products``: an fp16 run's training and validation steps go through
+    the mode, forward and backward (mm for the projections, bmm for attention); the losses are
+    those of torch's own fp16 kernels (a CPU with fp16 arithmetic keeps them) within
+    accumulation-order rounding. A bf16 run is left alone."""
+    fp16 = fairseq_train(tiny_data_bin, tmp_path / "fp16", "transformer_preln", "--fp16", updates=8)
+    assert {"mm.default", "addmm.default", "bmm.default"} <= set(half_products)
+    with_mode = len(half_products)
+    fairseq_train(tiny_data_bin, tmp_path / "bf16", "transformer_preln", "--bf16", updates=2)
+    assert len(half_products) == with_mode
+    monkeypatch.setattr(cpu_fp16, "native_fp16_products", lambda: True)
+    native = fairseq_train(tiny_data_bin, tmp_path / "native", "transformer_preln", "--fp16", updates=8)
+    assert len(half_products) == with_mode
+    assert losses(fp16) == pytest.approx(losses(native), abs=0.01)
+    valid = [float(run.of("valid")[-1]["valid_loss"]) for run in (fp16, native)]
+    assert valid[0] == pytest.approx(valid[1], abs=0.01)
+
+
+def test_beam_search_with_an_fp16_model_on_cpu_computes_its_products_in_fp32(
+    tiny_data_bin, tmp_path, half_products, monkeypatch
+):
+    """``fairseq-generate --fp16`` and ``--eval-bleu`` on a CPU: ``SequenceGenerator`` with an
+    fp16 model runs in the mode: at least 9 in 10 of its best hypotheses are those of torch's
+    own fp16 kernels, with the same score within rounding (where two hypotheses are that
+    close, either may win)."""
+    from fairseq.sequence_generator import SequenceGenerator
+
+    trained = fairseq_train(tiny_data_bin, tmp_path, "transformer_preln", "--fp16", updates=30)
+    task, model = trained.trainer.task, trained.model.eval()
+    batches = task.get_batch_iterator(dataset=task.dataset("valid"), max_tokens=500).next_epoch_itr(shuffle=False)
+    sample = next(iter(batches))
+    generator = SequenceGenerator([model], task.target_dictionary, beam_size=3, max_len_b=12)
+    half_products.clear()
+    ours = generator.generate([model], sample)
+    assert "bmm.default" in half_products
+    monkeypatch.setattr(cpu_fp16, "native_fp16_products", lambda: True)
+    count = len(half_products)
+    theirs = generator.generate([model], sample)
+    assert len(half_products) == count
+    assert len(ours) == len(theirs) == sample["nsentences"]
+    same = [(m[0], n[0]) for m, n in zip(ours, theirs) if m[0]["tokens"].tolist() == n[0]["tokens"].tolist()]
+    assert len(same) >= 0.9 * len(ours)
+    assert all(float(m["score"]) == pytest.approx(float(n["score"]), abs=0.005) for m, n in same)

@@ -100,12 +100,19 @@ def run_recipe(claim, run, args):
     )
 
 
+def precision(args):
+    """The precision every run of the claim trains in (``--precision``; fp32 unless given)."""
+    return getattr(args, "precision", None) or "fp32"
+
+
 def run_spec(claim, run, args):
     """(Recipe, spec): the spec is everything that decides the run's outcome (the run, its claim's
-    settings and the budget, the fairseq options); a run made with another spec is trained again."""
+    settings and the budget, the fairseq options, a precision other than fp32); a run made with
+    another spec is trained again."""
     recipe = run_recipe(claim, run, args)  # its fairseq options hold the claim's depth, width, lr and schedule
     fields = {key: value for key, value in asdict(run).items() if key != "depth" or value}  # as before depth existed
-    return recipe, {"run": fields, "claim": args.claim, "budget": budget(args), "fairseq": recipe.fairseq}
+    spec = {"run": fields, "claim": args.claim, "budget": budget(args), "fairseq": recipe.fairseq}
+    return recipe, spec | ({"precision": precision(args)} if precision(args) != "fp32" else {})
 
 
 def train_run(claim, run, args):
@@ -113,7 +120,7 @@ def train_run(claim, run, args):
     recipe, spec = run_spec(claim, run, args)
     run_dir = experiment.open_run_dir(claim_dir(args) / run.key, spec, run.label)
     extra = experiment.validation_flags(args.validate_every, args.patience, bleu=not claim.language_model)
-    outcome = experiment.train_and_test(recipe, run_dir, args.data_dir, args.seed, extra)
+    outcome = experiment.train_and_test(recipe, run_dir, args.data_dir, args.seed, extra, precision=precision(args))
     curves = outcome.curves
     record = {"label": run.label, "method": run.method, "optimizer": run.optimizer, "warmup": run.warmup, "spec": spec}
     record.update({"depth": run.depth} if run.depth else {})
@@ -128,6 +135,9 @@ def train_run(claim, run, args):
         minutes=outcome.minutes,  # this call's, evaluation included
         train_hours=round(curves["end"]["wall"] / 3600, 2),  # fairseq's wall clock, kept across resumes
     )
+    scales = [p["loss_scale"] for p in curves["train"] if p.get("loss_scale") is not None]  # --fp16 only
+    if scales:
+        record.update(loss_scale_min=min(scales), loss_scale_last=scales[-1])
     if args.patience:
         best = min(curves["valid"], key=lambda v: v["loss"], default=None)  # fairseq's checkpoint_best.pt
         stopped = "early stop since valid performance" in (run_dir / "train.log").read_text(errors="replace")
@@ -142,9 +152,11 @@ def unigram_of(claim, data_dir):
 
 
 def claim_dir(args, seed=None):
-    """RUNS/CLAIM, or RUNS/CLAIM-init-STYLE with ``--init-style``, then ``-seedN`` for a seed
-    (``args.seed`` unless given) other than 1, so that seeds never overwrite each other's runs."""
-    path = Path(args.runs) / (args.claim + (f"-init-{args.init_style}" if args.init_style else ""))
+    """RUNS/CLAIM, or RUNS/CLAIM-init-STYLE with ``--init-style``, then ``-PRECISION`` with a
+    ``--precision`` other than fp32, then ``-seedN`` for a seed (``args.seed`` unless given)
+    other than 1, so that seeds never overwrite each other's runs."""
+    name = args.claim + (f"-init-{args.init_style}" if args.init_style else "")
+    path = Path(args.runs) / (name + (f"-{precision(args)}" if precision(args) != "fp32" else ""))
     return experiment.seed_path(path, args.seed if seed is None else seed)
 
 

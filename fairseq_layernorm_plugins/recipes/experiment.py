@@ -160,14 +160,14 @@ def run_training(recipe, run_dir, data, seed, extra=(), precision=None, cpu_work
     return None
 
 
-def train_and_test(recipe, run_dir, data, seed, extra, bleu="sacrebleu"):
-    """:func:`run_training` on one CPU process, then the test set translated by the recipe's
-    protocol (``evaluate.py``) and scored by ``bleu`` ("sacrebleu" or "tokenized"); a language
-    model's scored by its test perplexity."""
+def train_and_test(recipe, run_dir, data, seed, extra, bleu="sacrebleu", precision=None):
+    """:func:`run_training` on one CPU process (in ``precision``: fp32 unless given), then the
+    test set translated by the recipe's protocol (``evaluate.py``) and scored by ``bleu``
+    ("sacrebleu" or "tokenized"); a language model's scored by its test perplexity."""
     from fairseq_layernorm_plugins.recipes.evaluate import evaluate
 
     start = time.time()
-    error = run_training(recipe, run_dir, data, seed, extra)
+    error = run_training(recipe, run_dir, data, seed, extra, precision)
     failed = math.inf if recipe.fairseq["task"]["_name"] == "language_modeling" else 0.0
     try:
         result = {} if error else evaluate(run_dir, echo=lambda *a: None)

@@ -31,6 +31,13 @@ def number(value, digits=2):
     return "" if value is None else f"{value:.{digits}f}" if isinstance(value, float) else str(value)
 
 
+def loss_scale(record):
+    """A claim table's cell: an fp16 run's smallest and last loss scale."""
+    if "loss_scale_min" not in record:
+        return " n/a |"
+    return f" {record['loss_scale_min']:g} / {record['loss_scale_last']:g} |"
+
+
 def first_update_reaching(record, bleu):
     """The first validated update whose BLEU is at least ``bleu`` (None if none)."""
     return next((v["update"] for v in record["valid"] if v["bleu"] is not None and v["bleu"] >= bleu), None)
@@ -116,18 +123,22 @@ def claim_report(claim_name, claim, records, commands, out, unigram):
     base = next((r for r in records if r["label"] == claim.baseline and r["valid"]), None)
     target = base["valid"][-1]["bleu"] if base else None
     inits = sorted({r["spec"]["fairseq"]["model"].get("init_style", "(arch default)") for r in records})
+    precisions = sorted({r["spec"].get("precision", "fp32") for r in records})
+    fp16 = any("loss_scale_min" in r for r in records)
     lines = [
         *claim_header(claim_name, claim, commands),
         "",
         f"Multi30k De-En, {claim.depth}, d={claim.width} (FFN {4 * claim.width}, 4 heads), peak lr {claim.lr:g}, "
         f"no-warm-up runs decay after update {claim.decay_after}; validation: greedy SacreBLEU on 1,014 sentences; "
         f"test: beam 5, SacreBLEU on test_2016_flickr. Stalled = final validation NLL not below the unigram "
-        f"entropy of the training targets ({unigram:.2f} bits). Initialisation (`--init-style`): {', '.join(inits)}.",
+        f"entropy of the training targets ({unigram:.2f} bits). Initialisation (`--init-style`): {', '.join(inits)}. "
+        f"Precision: {', '.join(precisions)}.",
         "",
         *(converged_note(records) if any("stopped_early" in r for r in records) else []),
         "| run | optimizer | warm-up | status | final valid NLL | final valid BLEU | best valid BLEU | "
-        f"updates to {target if target is None else f'{target:.1f}'} valid BLEU ({claim.baseline}) | test BLEU |",
-        "|---|---|---|---|---|---|---|---|---|",
+        f"updates to {target if target is None else f'{target:.1f}'} valid BLEU ({claim.baseline}) | test BLEU |"
+        + (" loss scale min / last |" if fp16 else ""),
+        "|---|---|---|---|---|---|---|---|---|" + ("---|" if fp16 else ""),
     ]
     for r in records:
         last = r["valid"][-1] if r["valid"] else {"nll": float("nan"), "bleu": None}
@@ -136,7 +147,7 @@ def claim_report(claim_name, claim, records, commands, out, unigram):
         lines.append(
             f"| {r['label']} | {r['optimizer']} | {r['warmup'] or 'none'} | {r['status']} | {last['nll']:.3f} | "
             f"{number(last['bleu'])} | {number(best)} | {reach if reach is not None else 'not reached'} | "
-            f"{r['test_bleu']:.2f} |"
+            f"{r['test_bleu']:.2f} |" + (loss_scale(r) if fp16 else "")
         )
 
     plt = pyplot()

@@ -64,7 +64,7 @@ def captured_trainers(keep_model_at_start=False):
 
 def fairseq_train(data_bin, save_dir, arch, *flags, updates, keep_model_at_start=False):
     """``fairseq-train`` in this process: returns its :class:`JsonRecords`, with the
-    trainer's model (in the precision it trained in) as ``.model`` and, with
+    trainer as ``.trainer``, its model (in the precision it trained in) as ``.model`` and, with
     ``keep_model_at_start``, an fp32 copy of it before the first update as ``.start_model``."""
     from fairseq import options
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
@@ -82,6 +82,7 @@ def fairseq_train(data_bin, save_dir, arch, *flags, updates, keep_model_at_start
     cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), argv))
     with captured_logs() as logs, captured_trainers(keep_model_at_start) as trainers:
         distributed_utils.call_main(cfg, train.main)
+    logs.trainer = trainers[-1]
     logs.model = trainers[-1].model
     logs.start_model = getattr(trainers[-1], "start_model", None)
     return logs

@@ -1,0 +1,101 @@
+"""``cpu_fp16.HalfProductsInFloat``: fp16 matrix products on a CPU computed from the fp16
+inputs in fp32 and rounded to fp16, forward and backward; nothing else changed. Its wiring
+into fairseq's fp16 steps (``_compat.fp16_cpu_products``): tests/test_mixed_precision.py."""
+
+import contextlib
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from fairseq_layernorm_plugins.cpu_fp16 import HalfProductsInFloat, active
+
+
+def operands(*shapes, dtype=torch.float16, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randn(*shape, generator=generator).to(dtype) for shape in shapes]
+
+
+PRODUCTS = {  # name -> (the call, its operands' shapes); inner dimensions long enough to round
+    "linear": (lambda x, w, b: F.linear(x, w, b), ((7, 96), (40, 96), (40,))),
+    "mm": (torch.mm, ((33, 96), (96, 20))),
+    "addmm": (torch.addmm, ((33, 20), (33, 96), (96, 20))),
+    "bmm": (torch.bmm, ((3, 17, 96), (3, 96, 11))),
+    "baddbmm": (lambda c, a, b: torch.baddbmm(c, a, b, alpha=0.5), ((3, 17, 11), (3, 17, 96), (3, 96, 11))),
+    "matmul 3d @ 2d": (lambda a, b: a @ b, ((4, 9, 96), (96, 12))),
+    "einsum": (lambda a, b: torch.einsum("bik,bkj->bij", a, b), ((2, 9, 96), (2, 96, 5))),
+}
+
+
+@pytest.mark.parametrize("name", PRODUCTS)
+def test_a_product_of_half_cpu_tensors_is_the_fp32_product_rounded(name):
+    """Inside the mode: exactly the fp32 product of the widened operands, rounded to fp16.
+    Outside, torch's own fp16 kernel also accumulates in fp32: the two agree up to the order
+    of accumulation (a few fp16 ulps), not bit for bit."""
+    call, shapes = PRODUCTS[name]
+    args = operands(*shapes)
+    with HalfProductsInFloat():
+        inside = call(*args)
+    assert inside.dtype == torch.float16
+    assert torch.equal(inside, call(*(a.float() for a in args)).half())
+    native = call(*args)
+    assert torch.allclose(inside.float(), native.float(), rtol=4 * 2**-10, atol=1e-2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_other_dtypes_and_other_operators_are_left_alone(dtype):
+    """fp32 / bf16 / fp64 products, and fp16 operators that are not products, give exactly
+    what they give without the mode."""
+    x, w = operands((9, 96), (24, 96), dtype=dtype)
+    h = operands((9, 24))[0]
+    with HalfProductsInFloat():
+        product, softmax, layer_norm = F.linear(x, w), torch.softmax(h, -1), F.layer_norm(h, (24,))
+    assert product.dtype == dtype and torch.equal(product, F.linear(x, w))
+    assert torch.equal(softmax, torch.softmax(h, -1)) and torch.equal(layer_norm, F.layer_norm(h, (24,)))
+
+
+def gradients(call, leaves, upstream, mode=None):
+    """(output, gradients of the leaves) of ``call``, inside ``mode`` if given."""
+    with mode or contextlib.nullcontext():
+        out = call(*leaves)
+        return out, torch.autograd.grad(out, leaves, upstream)
+
+
+def test_the_backward_products_are_computed_the_same_way():
+    """A linear layer's gradients through the mode equal those of the written-out graph
+    (widen, fp32 product, round) bit for bit, and stay fp16."""
+    leaves = [a.requires_grad_() for a in operands((7, 96), (40, 96), (40,))]
+    upstream = operands((7, 40), seed=1)[0]
+    out, grads = gradients(F.linear, leaves, upstream, HalfProductsInFloat())
+    written_out = lambda x, w, b: F.linear(x.float(), w.float(), b.float()).half()  # noqa: E731
+    want_out, want = gradients(written_out, leaves, upstream)
+    assert out.dtype == torch.float16 and torch.equal(out, want_out)
+    assert all(g.dtype == torch.float16 and torch.equal(g, w) for g, w in zip(grads, want))
+
+
+def test_fused_attention_keeps_its_fp32_logsumexp():
+    """``scaled_dot_product_attention`` (fairseq's fast path, --fused-attention): the output is
+    the fp32 kernel's rounded to fp16; its backward, which reads that fp16 output and the fp32
+    logsumexp (left unrounded), gives fp16 gradients within a few ulps of torch's fp16 kernel."""
+    attention = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)  # noqa: E731
+    leaves = [a.requires_grad_() for a in operands(*[(2, 4, 13, 16)] * 3)]
+    upstream = operands((2, 4, 13, 16), seed=1)[0]
+    out, grads = gradients(attention, leaves, upstream, HalfProductsInFloat())
+    native_out, native = gradients(attention, leaves, upstream)
+    assert out.dtype == torch.float16 and torch.equal(out, attention(*(t.float() for t in leaves)).half())
+    for grad, want in zip(grads, native):
+        assert grad.dtype == torch.float16
+        assert torch.allclose(grad.float(), want.float(), rtol=8 * 2**-10, atol=2e-3)
+    kernel = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+    with HalfProductsInFloat():
+        half_out, logsumexp = kernel(*(t.detach() for t in leaves), 0.0, True)
+    fp32_out, fp32_logsumexp = kernel(*(t.detach().float() for t in leaves), 0.0, True)
+    assert half_out.dtype == torch.float16 and torch.equal(half_out, fp32_out.half())
+    assert logsumexp.dtype == torch.float32 and torch.equal(logsumexp, fp32_logsumexp)
+
+
+def test_active_says_whether_the_mode_is_on():
+    assert not active()
+    with HalfProductsInFloat():
+        assert active()
+    assert not active()
