@@ -36,6 +36,11 @@ checkpoint of the lowest validation loss. ``shallow`` is the claim made for it:
 
     python scripts/claims.py shallow --patience 5 --validate-every 500 --updates 30000 --out docs/claims/shallow
 
+A claim's fixed-budget runs go on to convergence from their last checkpoint (more updates,
+``--patience`` and ``--validate-every`` do not change how a run trains), for example:
+
+    python scripts/claims.py b2t --patience 5 --validate-every 500 --updates 30000 --out docs/claims/b2t-converged
+
 The newer methods (DLCL, ResiDual, Peri-LN, Mix-LN, LayerNorm Scaling, DyT, ReZero): ``newer`` and
 ``newer-nowarmup`` run them in the B2T and T-Fixup claims' settings beside Pre-LN and Post-LN.
 

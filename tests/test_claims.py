@@ -88,10 +88,13 @@ def test_toy_claim_end_to_end(tmp_path, monkeypatch, capsys):
     with pytest.raises(SystemExit, match="holds runs made with"):
         claims.main([a if a != "4" else "6" for a in args])
 
-    # more updates, same schedule: the run goes on from update 4 instead of starting again
+    # more updates (to convergence: --patience), same schedule: the run goes on from update 4
+    # instead of starting again
     longer = [a if a != "4" else "6" for a in args] + [
         "--runs-only",
         "preln no warm-up",
+        "--patience",
+        "3",
         "--out",
         str(tmp_path / "long"),
     ]

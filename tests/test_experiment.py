@@ -120,6 +120,9 @@ def test_a_run_directory_is_kept_for_its_spec_or_a_longer_budget_and_removed_oth
     assert "budget extended from 6 to 8 updates" in capsys.readouterr().out
     assert (run_dir / "checkpoints" / "checkpoint_last.pt").exists()
 
+    converged = spec(10) | {"budget": {"updates": 10, "seed": 1, "patience": 5, "validate_every": 500}}
+    assert experiment.extends(spec(8), converged)  # trained on until validation stops improving
+    assert not experiment.extends(spec(8), spec(10) | {"budget": {"updates": 10, "seed": 2}})
     assert not experiment.extends(spec(8), spec(10, scheduler="cosine"))  # its schedule depends on the budget
     assert not experiment.extends(spec(8), spec(10, lr=2e-3)) and not experiment.extends(spec(8), spec(6))
     experiment.open_run_dir(run_dir, spec(10, lr=2e-3), "r")

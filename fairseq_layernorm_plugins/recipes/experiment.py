@@ -237,15 +237,21 @@ def run_benchmark(script, argv, numbers):
     return {"command": shlex.join(cmd), **json.loads(numbers.read_text())}
 
 
+STOPPING = ("updates", "patience", "validate_every")  # budget entries that decide when a run stops, not how it trains
+
+
 def extends(previous, spec):
     """Whether ``spec`` is ``previous`` trained for more updates: the same run in all else (its
-    "budget" and "fairseq" options but for the updates), under a schedule that does not depend
-    on the budget (inverse_sqrt), so that resuming the shorter run trains the longer one."""
+    "budget" and "fairseq" options but for when it stops: the updates, and how often it is
+    validated and with what ``--patience``; fairseq seeds every update from ``--seed`` and the
+    update number, so validations do not change training), under a schedule that does not
+    depend on the budget (inverse_sqrt), so that resuming the shorter run trains the longer
+    one. A run extended with ``--patience`` has trained at least the earlier budget."""
 
     def without_updates(s):
         return {
             **s,
-            "budget": {**s["budget"], "updates": None},
+            "budget": {key: value for key, value in s["budget"].items() if key not in STOPPING},
             "fairseq": {**s["fairseq"], "optimization": {**s["fairseq"]["optimization"], "max_update": None}},
         }
 
