@@ -517,15 +517,17 @@ def fp16_cpu_products():
     """Compute an fp16 run's matrix products in fp32 on a CPU without fp16 arithmetic.
 
     ``Trainer.train_step`` and ``Trainer.valid_step`` of an ``--fp16`` run without CUDA, and
-    ``SequenceGenerator._generate`` (``fairseq-generate``, ``--eval-bleu``) with an fp16 model
-    on the CPU, run inside :class:`cpu_fp16.HalfProductsInFloat`: fp16 inputs, fp32
-    accumulation, fp16 results, what the CPU's own fp16 kernels compute, several times faster.
-    A CPU that has fp16 arithmetic (:func:`cpu_fp16.native_fp16_products`) keeps torch's kernels.
+    ``SequenceGenerator.generate`` (``fairseq-generate``, ``--eval-bleu``; with
+    ``SequenceGeneratorWithAlignment``'s own) with an fp16 model on the CPU, run inside
+    :class:`cpu_fp16.HalfProductsInFloat`: fp16 inputs, fp32 accumulation, fp16 results, what
+    the CPU's own fp16 kernels compute, several times faster. A CPU that has fp16 arithmetic
+    (:func:`cpu_fp16.native_fp16_products`) keeps torch's kernels. ``generate`` and not
+    ``_generate`` is wrapped: TorchScript compiles ``_generate`` (``forward`` calls it).
     """
     import functools
 
     import torch
-    from fairseq.sequence_generator import SequenceGenerator
+    from fairseq.sequence_generator import SequenceGenerator, SequenceGeneratorWithAlignment
     from fairseq.trainer import Trainer
 
     from fairseq_layernorm_plugins import cpu_fp16
@@ -553,4 +555,5 @@ def fp16_cpu_products():
 
     Trainer.train_step = products_in_float(Trainer.train_step, fp16_trainer_on_cpu)
     Trainer.valid_step = products_in_float(Trainer.valid_step, fp16_trainer_on_cpu)
-    SequenceGenerator._generate = products_in_float(SequenceGenerator._generate, fp16_model_on_cpu)
+    for generator in (SequenceGenerator, SequenceGeneratorWithAlignment):
+        generator.generate = products_in_float(generator.generate, fp16_model_on_cpu)

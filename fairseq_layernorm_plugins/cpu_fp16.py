@@ -36,13 +36,15 @@ PRODUCTS = {
     aten._scaled_dot_product_flash_attention_for_cpu.default: (0,),
     aten._scaled_dot_product_flash_attention_for_cpu_backward.default: None,
 }
+FP32_INPUTS = {aten._scaled_dot_product_flash_attention_for_cpu_backward.default}  # its logsumexp
 
 
 def native_fp16_products():
-    """True if this CPU has fp16 arithmetic that torch's fp16 kernels use (AVX512-FP16 or
-    AMX-FP16): they are then fast and are left alone."""
-    cpu = getattr(torch._C, "_cpu", None)
-    return any(getattr(cpu, name, lambda: False)() for name in ("_is_avx512_fp16_supported", "_is_amx_fp16_supported"))
+    """True if this CPU has the fp16 arithmetic torch's fp16 kernels use on x86 (AVX512-FP16 or
+    AMX-FP16, as ``torch.cpu.get_capabilities`` reports them): they are then fast and are left
+    alone. Elsewhere (other x86 CPUs, other architectures) the mode is used."""
+    capabilities = torch.cpu.get_capabilities() if hasattr(torch.cpu, "get_capabilities") else {}
+    return bool(capabilities.get("avx512_fp16") or capabilities.get("amx_fp16"))
 
 
 def active():
@@ -50,10 +52,14 @@ def active():
     return any(isinstance(mode, HalfProductsInFloat) for mode in _get_current_dispatch_mode_stack())
 
 
-def _half_on_cpu(tree):
-    """True if the tensors in ``tree`` include an fp16 one and all are on the CPU."""
+def _half_on_cpu(func, tree):
+    """True if the floating tensors in ``tree`` (``func``'s arguments) are all fp16 (but the fp32
+    logsumexp the attention backward reads) and on the CPU. Mixed fp16 / fp32 operands are left
+    to torch, which refuses them."""
     tensors = [leaf for leaf in tree_leaves(tree) if isinstance(leaf, torch.Tensor)]
-    return any(t.dtype == torch.float16 for t in tensors) and all(t.device.type == "cpu" for t in tensors)
+    floating = [t.dtype for t in tensors if t.is_floating_point()]
+    allowed = {torch.float16, torch.float32} if func in FP32_INPUTS else {torch.float16}
+    return torch.float16 in floating and set(floating) <= allowed and all(t.device.type == "cpu" for t in tensors)
 
 
 def _widen(value):
@@ -72,7 +78,7 @@ class HalfProductsInFloat(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func not in PRODUCTS or not _half_on_cpu((args, kwargs)):
+        if func not in PRODUCTS or not _half_on_cpu(func, (args, kwargs)):
             return func(*args, **kwargs)
         out = func(*tree_map(_widen, args), **tree_map(_widen, kwargs))
         half = PRODUCTS[func]

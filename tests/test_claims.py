@@ -27,6 +27,17 @@ TOY = claims.Claim(
 )
 
 
+@pytest.fixture(scope="module")
+def multi30k(tmp_path_factory):
+    """Multi30k prepared once for this file's claims (20 test lines), as ``claims.py`` prepares it."""
+    from fairseq_layernorm_plugins.recipes import experiment
+
+    shared_data("multi30k", "task1_raw")
+    data = tmp_path_factory.mktemp("multi30k")
+    experiment.prepare_corpus("multi30k", data, test_lines=20)
+    return data
+
+
 def end_of_epoch_lr(run_dir):
     from fairseq_layernorm_plugins.recipes.curves import log_record
 
@@ -44,11 +55,10 @@ def test_first_update_reaching():
 
 
 @pytest.mark.slow(2)
-def test_toy_claim_end_to_end(tmp_path, monkeypatch, capsys):
-    shared_data("multi30k", "task1_raw")
+def test_toy_claim_end_to_end(tmp_path, monkeypatch, capsys, multi30k):
     monkeypatch.setitem(claims.CLAIMS, "toy", TOY)
     args = ["toy", "--updates", "4", "--validate-every", "2", "--test-lines", "20", "--jobs", "2"]
-    args += ["--data-dir", str(tmp_path / "data"), "--runs", str(tmp_path / "runs")]
+    args += ["--data-dir", str(multi30k), "--runs", str(tmp_path / "runs")]
     claims.main(args)
     out = tmp_path / "runs" / "toy"
     result = json.loads(out.with_suffix(".json").read_text())
@@ -120,15 +130,14 @@ def test_toy_claim_end_to_end(tmp_path, monkeypatch, capsys):
 
 
 @pytest.mark.slow(1)
-def test_patience_stops_a_run_and_scores_its_best_checkpoint(tmp_path, monkeypatch):
+def test_patience_stops_a_run_and_scores_its_best_checkpoint(tmp_path, monkeypatch, multi30k):
     """``--patience 2``: at lr 0 the validation loss never improves after the first validation
     (update 2), so the run stops at the second one after it (update 6), far below the cap,
     and the test set is translated by checkpoint_best.pt."""
-    shared_data("multi30k", "task1_raw")
     frozen = claims.Claim(**{**TOY.__dict__, "lr": 0.0, "runs": (claims.Run("preln no warm-up", "preln"),)})
     monkeypatch.setitem(claims.CLAIMS, "toy", frozen)
     args = ["toy", "--updates", "40", "--validate-every", "2", "--patience", "2", "--test-lines", "20"]
-    claims.main([*args, "--data-dir", str(tmp_path / "data"), "--runs", str(tmp_path / "runs")])
+    claims.main([*args, "--data-dir", str(multi30k), "--runs", str(tmp_path / "runs")])
     out = tmp_path / "runs" / "toy"
     result = json.loads(out.with_suffix(".json").read_text())
     assert result["budget"]["patience"] == 2
@@ -140,13 +149,13 @@ def test_patience_stops_a_run_and_scores_its_best_checkpoint(tmp_path, monkeypat
     assert "| preln no warm-up | 6 | 2 | yes |" in out.with_suffix(".md").read_text()
 
 
-def test_precision_trains_every_run_in_fp16_and_reports_its_loss_scale(tmp_path, monkeypatch):
+@pytest.mark.slow(1)
+def test_precision_trains_every_run_in_fp16_and_reports_its_loss_scale(tmp_path, monkeypatch, multi30k):
     """``--precision fp16``: fairseq's --fp16 (on this CPU), runs in RUNS/CLAIM-fp16, the
     precision in each run's spec, and the loss scale in the report."""
-    shared_data("multi30k", "task1_raw")
     monkeypatch.setitem(claims.CLAIMS, "toy", claims.Claim(**{**TOY.__dict__, "runs": TOY.runs[1:]}))
     args = ["toy", "--updates", "50", "--validate-every", "25", "--test-lines", "20", "--precision", "fp16"]
-    claims.main([*args, "--data-dir", str(tmp_path / "data"), "--runs", str(tmp_path / "runs")])
+    claims.main([*args, "--data-dir", str(multi30k), "--runs", str(tmp_path / "runs")])
     out = tmp_path / "runs" / "toy-fp16"
     (record,) = json.loads(out.with_suffix(".json").read_text())["runs"]
     assert record["spec"]["precision"] == "fp16" and record["updates"] == 50  # logged every 25

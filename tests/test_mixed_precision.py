@@ -195,7 +195,7 @@ def half_products(monkeypatch):
     computed, dispatch = [], cpu_fp16.HalfProductsInFloat.__torch_dispatch__
 
     def counting(self, func, types, args=(), kwargs=None):
-        if func in cpu_fp16.PRODUCTS and cpu_fp16._half_on_cpu((args, kwargs)):
+        if func in cpu_fp16.PRODUCTS and cpu_fp16._half_on_cpu(func, (args, kwargs or {})):
             computed.append(func.__name__)
         return dispatch(self, func, types, args, kwargs)
 
@@ -203,19 +203,49 @@ def half_products(monkeypatch):
     return computed
 
 
-def test_fp16_steps_on_cpu_compute_their_products_in_fp32(tiny_data_bin, tmp_path, half_products, monkeypatch):
-    """``_compat.fp16_cpu_products``: an fp16 run's training and validation steps go through
-    the mode, forward and backward (mm for the projections, bmm for attention); the losses are
-    those of torch's own fp16 kernels (a CPU with fp16 arithmetic keeps them) within
-    accumulation-order rounding. A bf16 run is left alone."""
+@pytest.fixture
+def phases(monkeypatch, half_products):
+    """A list that gets, for each criterion call (a training or a validation forward pass) and
+    each backward pass of a fairseq-train run: (phase, whether the mode is on, how many fp16
+    products it computed in fp32 meanwhile)."""
+    from fairseq.criterions.cross_entropy import CrossEntropyCriterion
+
+    seen, forward, backward = [], CrossEntropyCriterion.forward, torch.Tensor.backward
+
+    def recorded(phase, call):
+        before = len(half_products)
+        result = call()
+        seen.append((phase, cpu_fp16.active(), len(half_products) - before))
+        return result
+
+    def criterion(self, model, sample, reduce=True):
+        phase = "train" if model.training else "valid"
+        return recorded(phase, lambda: forward(self, model, sample, reduce))
+
+    def tensor_backward(tensor, *args, **kwargs):
+        return recorded("backward", lambda: backward(tensor, *args, **kwargs))
+
+    monkeypatch.setattr(CrossEntropyCriterion, "forward", criterion)
+    monkeypatch.setattr(torch.Tensor, "backward", tensor_backward)
+    return seen
+
+
+def test_fp16_steps_on_cpu_compute_their_products_in_fp32(tiny_data_bin, tmp_path, phases, monkeypatch):
+    """``_compat.fp16_cpu_products``: an fp16 run's training forward and backward passes and its
+    validation run in the mode, and the mode computes their products; the losses are those of
+    torch's own fp16 kernels (a CPU with fp16 arithmetic keeps them) within accumulation-order
+    rounding. bf16 and fp32 runs never enter it."""
     fp16 = fairseq_train(tiny_data_bin, tmp_path / "fp16", "transformer_preln", "--fp16", updates=8)
-    assert {"mm.default", "addmm.default", "bmm.default"} <= set(half_products)
-    with_mode = len(half_products)
-    fairseq_train(tiny_data_bin, tmp_path / "bf16", "transformer_preln", "--bf16", updates=2)
-    assert len(half_products) == with_mode
+    assert {phase for phase, _, _ in phases} == {"train", "backward", "valid"}
+    assert all(on and products > 0 for _, on, products in phases), phases
+    phases.clear()
+    for name, flags in (("bf16", ["--bf16"]), ("fp32", [])):
+        fairseq_train(tiny_data_bin, tmp_path / name, "transformer_preln", *flags, updates=2)
+    assert phases and not any(on for _, on, _ in phases), phases
+    phases.clear()
     monkeypatch.setattr(cpu_fp16, "native_fp16_products", lambda: True)
     native = fairseq_train(tiny_data_bin, tmp_path / "native", "transformer_preln", "--fp16", updates=8)
-    assert len(half_products) == with_mode
+    assert phases and not any(on for _, on, _ in phases), phases
     assert losses(fp16) == pytest.approx(losses(native), abs=0.01)
     valid = [float(run.of("valid")[-1]["valid_loss"]) for run in (fp16, native)]
     assert valid[0] == pytest.approx(valid[1], abs=0.01)
