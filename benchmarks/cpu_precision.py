@@ -7,14 +7,19 @@ each ratio against fairseq's ``transformer`` in fp32 measured in the same run:
         [--archs transformer_preln transformer_admin] [--updates 30] [--json PATH]
 
 Every run is the console script a user types (``--cpu --fp16`` / ``--bf16``), one thread,
-``--max-tokens 2048``, no validation; its time per update is the median of fairseq's own
-``train_inner`` rates after the first logging interval (start-up and the first batches left
-out). Runs are sequential: on a machine busy with other work the ratios move, so compare
-rows of one run only.
+``--max-tokens 2048``, no validation; its time per update is read from fairseq's own
+``train_inner`` logs after the first logging interval (start-up and the first batches left
+out): the median of the intervals' rates (``ups``, which fairseq rounds to 0.01) or the
+wall-clock span over the updates (``wall``, rounded to 1 s), whichever is the more precise.
+Runs are sequential: on a machine busy with other work the ratios move, so compare rows of
+one run only. The report names the CPU and whether it has fp16 arithmetic (AVX512-FP16 /
+AMX-FP16), where ``fp16_cpu_products`` leaves torch's kernels alone: there the two fp16 rows
+time the same code.
 """
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -43,9 +48,7 @@ def default_data():
 def seconds_per_update(args, arch, precision):
     """Median seconds per update of one fairseq-train run (``train_inner`` after the first)."""
     flags, patches_off = PRECISIONS[precision]
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    if patches_off:
-        env["FAIRSEQ_LAYERNORM_PLUGINS_NO_PATCH"] = patches_off
+    env = dict(os.environ, OMP_NUM_THREADS="1", FAIRSEQ_LAYERNORM_PLUGINS_NO_PATCH=patches_off)
     size = [f"--{side}-{key}" for side in ("encoder", "decoder") for key in ("layers", "embed-dim", "ffn-embed-dim")]
     values = [args.layers, args.dim, 4 * args.dim] * 2
     with tempfile.TemporaryDirectory() as save_dir:
@@ -63,13 +66,26 @@ def seconds_per_update(args, arch, precision):
         ]
         proc = subprocess.run(command, capture_output=True, text=True, env=env)
     if proc.returncode:
-        raise SystemExit(f"{arch} {precision}: fairseq-train failed: {proc.stderr.strip().splitlines()[-1]}")
-    rates = [
-        float(json.loads(line[line.index("{") :])["ups"]) for line in proc.stdout.splitlines() if "train_inner" in line
-    ]
-    if len(rates) < 2:
+        last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise SystemExit(f"{arch} {precision}: fairseq-train failed: {last}")
+    logs = [json.loads(line[line.index("{") :]) for line in proc.stdout.splitlines() if "train_inner" in line]
+    if len(logs) < 2:
         raise SystemExit(f"{arch} {precision}: fewer than two logging intervals; raise --updates")
-    return statistics.median(1 / rate for rate in rates[1:])
+    return from_logs(logs)
+
+
+def from_logs(logs):
+    """Seconds per update from fairseq's ``train_inner`` records after the first: the median of
+    1 / ups (relative rounding error up to 0.005 / ups) or the ``wall`` span over the updates
+    (up to 1 s over the span), whichever error bound is smaller."""
+    rates = [float(r["ups"]) for r in logs[1:]]
+    span = float(logs[-1]["wall"]) - float(logs[0]["wall"])
+    updates = int(logs[-1]["num_updates"]) - int(logs[0]["num_updates"])
+    rate_error = 0.005 / min(rates) if min(rates) > 0 else math.inf
+    wall_error = 1 / span if span > 0 else math.inf
+    if rate_error <= wall_error:
+        return statistics.median(1 / rate for rate in rates)
+    return span / updates
 
 
 def main(argv=None):
@@ -89,7 +105,14 @@ def main(argv=None):
 
     archs = ["transformer", *(a for a in args.archs if a != "transformer")]
     precisions = ["fp32", *(p for p in args.precisions if p != "fp32")]
-    print(f"{args.layers}L-{args.layers}L d={args.dim}, {args.data}, torch {torch.__version__}, one thread", flush=True)
+    from fairseq_layernorm_plugins.cpu_fp16 import native_fp16_products
+
+    cpu = {"cpu": torch.cpu.get_capabilities().get("cpu_name", "?"), "native_fp16": native_fp16_products()}
+    print(
+        f"{args.layers}L-{args.layers}L d={args.dim}, {args.data}, torch {torch.__version__}, one thread, "
+        f"{cpu['cpu']}, {'with' if cpu['native_fp16'] else 'without'} fp16 arithmetic",
+        flush=True,
+    )
     seconds = {}
     for arch in archs:
         for precision in precisions:
@@ -98,7 +121,7 @@ def main(argv=None):
             print(f"{arch:24} {precision:22} {seconds[arch, precision]:7.3f} s/update  {ratio:5.2f}x", flush=True)
     if args.json:
         rows = [{"arch": a, "precision": p, "seconds_per_update": s} for (a, p), s in seconds.items()]
-        args.json.write_text(json.dumps({"layers": args.layers, "dim": args.dim, "rows": rows}, indent=1) + "\n")
+        args.json.write_text(json.dumps({"layers": args.layers, "dim": args.dim, **cpu, "rows": rows}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ import sys
 import pytest
 from conftest import PLUGIN_DIR, REPO, TINY_MODEL, run_cli
 
+from fairseq_layernorm_plugins import cpu_fp16
 from fairseq_layernorm_plugins.recipes.experiment import run_benchmark
 
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -122,14 +123,28 @@ def test_cpu_precision_times_every_arch_in_every_precision(tiny_data_bin, tmp_pa
     asked for (here fp16 with the plugin's fp16_cpu_products off); a failed run is one line
     naming it."""
     argv = ["--data", str(tiny_data_bin), "--archs", "transformer_preln", "--layers", "1", "--dim", "16"]
-    argv += ["--updates", "3", "--log-interval", "1", "--precisions", "fp16, torch's kernels"]
+    argv += ["--updates", "3", "--log-interval", "1", "--precisions", "fp16", "fp16, torch's kernels"]
     cpu_precision.main([*argv, "--json", str(tmp_path / "t.json")])
-    rows = json.loads((tmp_path / "t.json").read_text())["rows"]
-    assert [(r["arch"], r["precision"]) for r in rows] == [
+    numbers = json.loads((tmp_path / "t.json").read_text())
+    assert [(r["arch"], r["precision"]) for r in numbers["rows"]] == [
         (arch, precision)
         for arch in ("transformer", "transformer_preln")
-        for precision in ("fp32", "fp16, torch's kernels")
+        for precision in ("fp32", "fp16", "fp16, torch's kernels")
     ]
-    assert all(r["seconds_per_update"] > 0 for r in rows)
+    assert all(r["seconds_per_update"] > 0 for r in numbers["rows"])
+    assert numbers["native_fp16"] == cpu_fp16.native_fp16_products() and numbers["cpu"]
     with pytest.raises(SystemExit, match=r"^transformer_nope fp32: fairseq-train failed: .*transformer_nope"):
         cpu_precision.main([*argv[:2], "--archs", "transformer_nope", *argv[4:]])
+
+
+def test_cpu_precision_reads_the_more_precise_of_fairseqs_two_clocks():
+    """fairseq rounds an interval's ups to 0.01 and the wall clock to 1 s: a fast run is timed
+    by its rates, a slow one (ups 0.26: up to 2 % off) by the wall-clock span; a rate rounded to
+    0 is no division by zero."""
+    log = lambda update, wall, ups: {"num_updates": update, "wall": wall, "ups": ups}  # noqa: E731
+    fast = [log(5, 3, 2.1), log(10, 5, 2.08), log(15, 8, 2.0), log(20, 10, 2.1)]
+    assert cpu_precision.from_logs(fast) == pytest.approx(1 / 2.08)
+    slow = [log(5, 20, 0.26), log(10, 39, 0.26), log(15, 58, 0.26), log(20, 77, 0.27)]
+    assert cpu_precision.from_logs(slow) == pytest.approx(57 / 15)
+    stalled = [log(1, 100, 0.0), log(2, 400, 0.0)]
+    assert cpu_precision.from_logs(stalled) == 300

@@ -115,6 +115,10 @@ def test_toy_claim_end_to_end(tmp_path, monkeypatch, capsys, multi30k):
     extended = json.loads((tmp_path / "long.json").read_text())["runs"][0]
     assert [v["update"] for v in extended["valid"]] == [2, 4, 6]
     assert extended["valid"][:2] == result["runs"][0]["valid"]  # the shorter run's validations, kept
+    assert extended["extended_from"] == [result["budget"]] and "extended_from" not in result["runs"][0]
+    assert "Went on from the checkpoint of a shorter run: preln no warm-up (4 updates, validated every 2)" in (
+        (tmp_path / "long.md").read_text()
+    )
     # the first 4 updates were not trained again: fairseq went on from the update-4 checkpoint
     assert "checkpoint_last.pt (epoch 1 @ 4 updates)" in (out / "preln_no_warm-up" / "train.log").read_text()
 
@@ -159,6 +163,9 @@ def test_precision_trains_every_run_in_fp16_and_reports_its_loss_scale(tmp_path,
     out = tmp_path / "runs" / "toy-fp16"
     (record,) = json.loads(out.with_suffix(".json").read_text())["runs"]
     assert record["spec"]["precision"] == "fp16" and record["updates"] == 50  # logged every 25
+    assert json.loads(out.with_suffix(".json").read_text())["budget"]["precision"] == "fp16"
+    with pytest.raises(SystemExit, match="holds runs made with"):  # fp16 runs are not added to an fp32 OUT
+        claims.main([*args[:-2], "--data-dir", str(multi30k), "--runs", str(tmp_path / "runs"), "--out", str(out)])
     assert record["loss_scale_min"] >= 1 and record["loss_scale_last"] >= record["loss_scale_min"]
     assert '"loss_scale"' in (out / "preln_no_warm-up" / "train.log").read_text()  # fairseq's fp16 optimizer
     markdown = out.with_suffix(".md").read_text()

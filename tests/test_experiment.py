@@ -116,9 +116,12 @@ def test_a_run_directory_is_kept_for_its_spec_or_a_longer_budget_and_removed_oth
 
     (run_dir / "checkpoints").mkdir()
     (run_dir / "checkpoints" / "checkpoint_last.pt").write_text("")
+    assert experiment.extended_from(run_dir) == []
     experiment.open_run_dir(run_dir, spec(8), "r")
     assert "budget extended from 6 to 8 updates" in capsys.readouterr().out
     assert (run_dir / "checkpoints" / "checkpoint_last.pt").exists()
+    experiment.open_run_dir(run_dir, spec(8), "r")  # the same spec again: nothing more to record
+    assert experiment.extended_from(run_dir) == [spec(6)["budget"]]
 
     converged = spec(10) | {"budget": {"updates": 10, "seed": 1, "patience": 5, "validate_every": 500}}
     assert experiment.extends(spec(8), converged)  # trained on until validation stops improving

@@ -125,6 +125,7 @@ def train_run(claim, run, args):
     record = {"label": run.label, "method": run.method, "optimizer": run.optimizer, "warmup": run.warmup, "spec": spec}
     record.update({"depth": run.depth} if run.depth else {})
     record.update({"error": outcome.error} if outcome.error else {})
+    record.update({"extended_from": earlier} if (earlier := experiment.extended_from(run_dir)) else {})
     valid = [{"update": v["update"], "nll": v["nll_loss"], "bleu": v["bleu"]} for v in curves["valid"]]
     record.update(
         status=outcome.status(unigram_of(claim, args.data_dir)),
@@ -161,6 +162,7 @@ def claim_dir(args, seed=None):
 
 
 def budget(args):
-    """What makes a claim's runs comparable (OUT.json holds one): the budget's options, and
-    ``--patience`` when set."""
-    return experiment.budget(args, BUDGET, UNTIL_CONVERGED)
+    """What makes a claim's runs comparable (OUT.json holds one): the budget's options,
+    ``--patience`` when set and a ``--precision`` other than fp32."""
+    half = {"precision": precision(args)} if precision(args) != "fp32" else {}
+    return experiment.budget(args, BUDGET, UNTIL_CONVERGED) | half

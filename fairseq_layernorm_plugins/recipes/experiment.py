@@ -237,6 +237,7 @@ def run_benchmark(script, argv, numbers):
     return {"command": shlex.join(cmd), **json.loads(numbers.read_text())}
 
 
+EXTENDED = "extended_from.json"  # in a run directory: the budgets it was trained under before (extended_from)
 STOPPING = ("updates", "patience", "validate_every")  # budget entries that decide when a run stops, not how it trains
 
 
@@ -277,12 +278,21 @@ def open_run_dir(run_dir, spec, label):
             "resuming from its last checkpoint",
             flush=True,
         )
+        write_json(run_dir / EXTENDED, extended_from(run_dir) + [previous["budget"]])
     elif previous != spec:
         print(f"[{label}] spec changed: training again from scratch", flush=True)
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     write_json(spec_file, spec)
     return run_dir
+
+
+def extended_from(run_dir):
+    """The budgets, oldest first, that the run in ``run_dir`` was trained under before its spec
+    :func:`extends` them (its validations up to each budget's end were made at that budget's
+    interval, and ``--patience`` counts from the resume); [] for a run trained under one."""
+    path = Path(run_dir) / EXTENDED
+    return json.loads(path.read_text()) if path.exists() else []
 
 
 def budget(args, names, when_set=()):

@@ -241,6 +241,18 @@ def converged_note(records):
             f"| {r['label']} | {r['updates']} | {r.get('best_update')} | {'yes' if r.get('stopped_early') else 'no (cap)'} | "
             f"{r.get('train_hours', '')} |"
         )
+    extended = [r for r in records if r.get("extended_from")]
+    if extended:
+        earlier = ", ".join(
+            f"{r['label']} ({' then '.join(str(b['updates']) for b in r['extended_from'])} updates, validated every "
+            f"{' then '.join(str(b['validate_every']) for b in r['extended_from'])})"
+            for r in extended
+        )
+        lines += [
+            "",
+            f"Went on from the checkpoint of a shorter run: {earlier}; their earlier validations are at that "
+            "budget's interval, and the patience counts from the resume.",
+        ]
     return lines + [""]
 
 
