@@ -54,9 +54,15 @@ Seeds: ``--seed N`` (N != 1) trains in RUNS/CLAIM-seedN and writes OUT-seedN.*; 
 under two or more seeds, OUT-seeds.md and .png compare them (mean ± sd, differences paired by seed):
 
     python scripts/claims.py admin --seed 2 --runs-only "preln radam" "admin radam" --out docs/claims/admin
+
+Precision: ``--precision fp16`` (or bf16) trains every run in fairseq's --fp16 (on a CPU too), in
+RUNS/CLAIM-fp16; ``--against`` sets each run beside the same run of an fp32 OUT.json:
+
+    python scripts/claims.py b2t --precision fp16 --jobs 2 --out docs/claims/b2t-fp16 --against docs/claims/b2t.json
 """
 
 import argparse
+import json
 import time
 from pathlib import Path
 
@@ -199,6 +205,21 @@ CLAIMS["lm"] = Claim(
 )
 
 
+def other_precision(parser, args):
+    """(precision, records) of ``--against``: the same claim's OUT.json in another precision."""
+    path = Path(args.against)
+    if not path.is_file():
+        parser.error(f"--against: {path}: no such file")
+    other = json.loads(path.read_text())
+    records = [r for r in other.get("runs", []) if r.get("spec", {}).get("claim") == args.claim]
+    if not records:
+        parser.error(f"--against: {path} holds no runs of the {args.claim} claim")
+    theirs = other["budget"].get("precision", "fp32")
+    if theirs == args.precision:
+        parser.error(f"--against: {path} holds {theirs} runs, the precision this command trains in")
+    return theirs, records
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("claim", nargs="?", choices=sorted(CLAIMS))
@@ -239,6 +260,12 @@ def main(argv=None):
         help="train every run in this precision (fairseq's --fp16 / --bf16, on a CPU too: docs/mixed_precision.md); "
         "run directories go to RUNS/CLAIM-PRECISION/ (default fp32)",
     )
+    parser.add_argument(
+        "--against",
+        metavar="OTHER.json",
+        help="the same claim's OUT.json in another --precision: also writes OUT-vs-PRECISION.{md,png}, each run "
+        "beside its run there",
+    )
     parser.add_argument("--runs", default=str(REPO / "runs" / "claims"), help="run directories go to RUNS/CLAIM/")
     parser.add_argument("--out", help="writes OUT.md, OUT.png, OUT.json (default: RUNS/CLAIM)")
     args = parser.parse_args(argv)
@@ -252,6 +279,7 @@ def main(argv=None):
                 )
         return
     claim = CLAIMS[args.claim]
+    against = other_precision(parser, args) if args.against else None
     unknown = set(args.runs_only or ()) - {r.label for r in claim.runs}
     if unknown:
         parser.error(f"{args.claim} has no run(s) {sorted(unknown)}; see --list")
@@ -274,6 +302,10 @@ def main(argv=None):
     unigram = unigram_of(claim, args.data_dir)
     print(render.claim_report(args.claim, claim, list(done.values()), results.commands, out, unigram))
     print(f"wrote {out}.md, .png, .json ({(time.time() - start) / 60:.1f} min for {len(todo)} runs)")
+    if against and done:
+        beside = f"{out}-vs-{against[0]}"
+        print(render.precision_report(args.claim, claim, list(done.values()), against[1], beside))
+        print(f"wrote {beside}.md, .png")
     seeds = None if claim.language_model else render.claim_seeds_report(args.claim, claim, first)
     if seeds:
         print(f"{seeds}\nwrote {first}-seeds.md, .png")

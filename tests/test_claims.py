@@ -170,8 +170,77 @@ def test_precision_trains_every_run_in_fp16_and_reports_its_loss_scale(tmp_path,
     assert '"loss_scale"' in (out / "preln_no_warm-up" / "train.log").read_text()  # fairseq's fp16 optimizer
     markdown = out.with_suffix(".md").read_text()
     assert "Precision: fp16." in markdown and "| loss scale min / last |" in markdown
-    scale = f"| {record['loss_scale_min']:g} / {record['loss_scale_last']:g} |"
+    log = (out / "preln_no_warm-up" / "train.log").read_text()
+    assert record["overflows"] == log.count("gradient overflow detected")
+    assert [u for u, _ in record["loss_scales"]] == [25, 50] and record["loss_scales"][-1][1] == record[
+        "loss_scale_last"
+    ]
+    scale = f"| {record['loss_scale_min']:g} / {record['loss_scale_last']:g}, {record['overflows']} overflows |"
     assert markdown.splitlines()[-1].startswith("| preln no warm-up |") and scale in markdown
+
+    # the same run in fp32, then the fp16 claim again (nothing left to train) beside it
+    where = ["--data-dir", str(multi30k), "--runs", str(tmp_path / "runs")]
+    claims.main([*args[:-2], *where, "--out", str(tmp_path / "fp32")])
+    (fp32,) = json.loads((tmp_path / "fp32.json").read_text())["runs"]
+    claims.main([*args, *where, "--against", str(tmp_path / "fp32.json")])
+    beside = (tmp_path / "runs" / "toy-fp16-vs-fp32.md").read_text()
+    assert (tmp_path / "runs" / "toy-fp16-vs-fp32.png").is_file()
+    assert (
+        f"| preln no warm-up | {fp32['status']} | {record['status']} | {fp32['valid'][-1]['nll']:.3f} | "
+        f"{record['valid'][-1]['nll']:.3f} | {fp32['test_bleu']:.2f} | {record['test_bleu']:.2f} | "
+        f"{record['test_bleu'] - fp32['test_bleu']:+.2f} {scale}"
+    ) in beside.splitlines()
+    assert "Settings that differ" not in beside  # the same spec but for the precision
+    with pytest.raises(SystemExit):  # --against runs of the precision it trains in
+        claims.main([*args, *where, "--against", str(out.with_suffix(".json"))])
+
+
+def test_precision_report_sets_each_run_beside_its_other_precision(tmp_path):
+    """Columns in the order named (the other precision first), the difference this one minus
+    that one, runs matched by label in the claim's order, differing settings listed."""
+
+    def record(label, method, precision, nll, bleu, **fp16):
+        spec = {"claim": "toy", "budget": {"updates": 4}, "run": {"label": label}}
+        spec |= {"precision": precision} if precision != "fp32" else {}
+        valid = [{"update": 2, "nll": nll + 1, "bleu": 0.0}, {"update": 4, "nll": nll, "bleu": 1.0}]
+        return {
+            "label": label,
+            "method": method,
+            "spec": spec,
+            "status": "trained",
+            "valid": valid,
+            "test_bleu": bleu,
+        } | fp16
+
+    scales = {"loss_scale_min": 32.0, "loss_scale_last": 64.0, "loss_scales": [[2, 32.0], [4, 64.0]], "overflows": 2}
+    half = [
+        record("preln no warm-up", "preln", "fp16", 3.5, 21.0, **scales),
+        record("postln warm-up", "postln", "fp16", 4.0, 9.0, **scales),
+    ]
+    full = [
+        record("postln warm-up", "postln", "fp32", 4.25, 10.5),
+        record("preln no warm-up", "preln", "fp32", 3.25, 20.0),
+    ]
+    full[0]["spec"]["fairseq"] = {"clip_norm": 0.0}
+    markdown = render.precision_report("toy", TOY, half, full, tmp_path / "vs").splitlines()
+    rows = [line for line in markdown if line.startswith("| p")]
+    assert rows == [
+        "| postln warm-up | trained | trained | 4.250 | 4.000 | 10.50 | 9.00 | -1.50 | 32 / 64, 2 overflows |",
+        "| preln no warm-up | trained | trained | 3.250 | 3.500 | 20.00 | 21.00 | +1.00 | 32 / 64, 2 overflows |",
+    ]
+    assert markdown[-1] == "- postln warm-up: fairseq.clip_norm: unset vs 0.0"
+    assert (tmp_path / "vs.png").is_file()
+
+
+def test_spec_differences_name_every_setting_but_the_precision():
+    a = {"budget": {"updates": 4, "precision": "fp16"}, "fairseq": {"model": {"bias": "zero"}, "lr": 1}}
+    b = {"budget": {"updates": 4}, "fairseq": {"model": {"bias": "fork"}, "clip": 0.0, "lr": 1}}
+    assert render.spec_differences(a, b) == ["fairseq.clip: unset vs 0.0", "fairseq.model.bias: zero vs fork"]
+    assert render.spec_differences(a, a) == [] and render.spec_differences(a, b, ignore=()) == [
+        "budget.precision: fp16 vs unset",
+        "fairseq.clip: unset vs 0.0",
+        "fairseq.model.bias: zero vs fork",
+    ]
 
 
 @pytest.mark.slow(1)

@@ -32,10 +32,12 @@ def number(value, digits=2):
 
 
 def loss_scale(record):
-    """A claim table's cell: an fp16 run's smallest and last loss scale."""
+    """A claim table's cell: an fp16 run's smallest and last loss scale (and its skipped
+    updates, where the record counts them)."""
     if "loss_scale_min" not in record:
         return " n/a |"
-    return f" {record['loss_scale_min']:g} / {record['loss_scale_last']:g} |"
+    skipped = f", {record['overflows']} overflows" if "overflows" in record else ""
+    return f" {record['loss_scale_min']:g} / {record['loss_scale_last']:g}{skipped} |"
 
 
 def first_update_reaching(record, bleu):
@@ -222,6 +224,77 @@ def claim_seeds_report(claim_name, claim, first):
         ax.set_xticks(range(len(table)), list(table), rotation=20, fontsize=8)
         ax.set(ylabel=name, title=f"{claim_name}: {claim.depth}, {len(by_seed)} seeds")
     return save_report(fig, f"{first}-seeds", lines)
+
+
+def spec_differences(a, b, ignore=("precision",)):
+    """The entries of two run specs (nested dicts) that differ, as "path: a vs b" strings, keys
+    named in ``ignore`` left out wherever they stand ("unset" for an entry one spec lacks)."""
+
+    def flat(spec, prefix=""):
+        items = {}
+        for key, value in spec.items():
+            if key not in ignore:
+                items |= flat(value, f"{prefix}{key}.") if isinstance(value, dict) else {prefix + key: value}
+        return items
+
+    fa, fb = flat(a), flat(b)
+    return [
+        f"{key}: {fa.get(key, 'unset')} vs {fb.get(key, 'unset')}"
+        for key in sorted(fa.keys() | fb.keys())
+        if fa.get(key, "unset") != fb.get(key, "unset")
+    ]
+
+
+def precision_report(claim_name, claim, records, other, out):
+    """OUT.md and .png: each run of a claim trained in one precision (``records``) beside the same
+    run in another (``other``: the records of that precision's OUT.json), same seed and budget:
+    status, final validation NLL, test BLEU and their difference, and an fp16 run's loss scale
+    and skipped updates; the plot: both validation NLL curves and the fp16 loss scale history.
+    Any other setting in which a pair's specs differ is listed under the table."""
+    from fairseq_layernorm_plugins.methods import METHODS
+
+    precision = lambda rs: rs[0]["spec"].get("precision", "fp32")  # noqa: E731
+    mine, theirs = precision(records), precision(other)
+    by_label = {r["label"]: r for r in other}
+    order = [run.label for run in claim.runs]
+    ours = sorted((r for r in records if r["label"] in by_label), key=lambda r: order.index(r["label"]))
+    pairs = [(r, by_label[r["label"]]) for r in ours]
+    final = lambda r: r["valid"][-1]["nll"] if r["valid"] else float("nan")  # noqa: E731
+    lines = [
+        f"### {claim_name} in {mine} beside {theirs}: {claim.paper}",
+        "",
+        f"Each run of the claim ({claim.depth}, d={claim.width}) trained in {theirs} and in {mine}, with the same "
+        "seed and budget. Overflows: updates skipped for inf/NaN gradients (each halves the loss scale).",
+        "",
+        f"| run | status {theirs} | status {mine} | final valid NLL {theirs} | final valid NLL {mine} | "
+        f"test BLEU {theirs} | test BLEU {mine} | {mine} − {theirs} | loss scale min / last ({mine}) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for a, b in pairs:
+        lines.append(
+            f"| {a['label']} | {b['status']} | {a['status']} | {final(b):.3f} | {final(a):.3f} | {b['test_bleu']:.2f} | "
+            f"{a['test_bleu']:.2f} | {a['test_bleu'] - b['test_bleu']:+.2f} |" + loss_scale(a)
+        )
+    differing = [(a["label"], spec_differences(a["spec"], b["spec"])) for a, b in pairs]
+    if any(diffs for _, diffs in differing):
+        lines += ["", f"Settings that differ besides the precision ({mine} vs {theirs}):", ""]
+        lines += [f"- {label}: {'; '.join(diffs)}" for label, diffs in differing if diffs]
+
+    plt = pyplot()
+    fig, (ax_nll, ax_scale) = plt.subplots(1, 2, figsize=(11, 4))
+    for a, b in pairs:
+        colour = METHODS[a["method"]].colour
+        for r, style, name in ((b, "-", theirs), (a, "--", mine)):
+            updates, nll = [v["update"] for v in r["valid"]], [v["nll"] for v in r["valid"]]
+            ax_nll.plot(updates, nll, style, color=colour, marker=".", label=f"{r['label']} {name}")
+        if a.get("loss_scales"):
+            ax_scale.step(*zip(*a["loss_scales"]), where="post", color=colour, label=a["label"])
+    ax_nll.set(xlabel="updates", ylabel="validation NLL (bits/token)", title=f"{claim_name}: {theirs} (—), {mine} (--)")
+    ax_nll.legend(fontsize=7)
+    ax_scale.set(xlabel="updates", ylabel="loss scale", yscale="log", title=f"{mine} loss scale (logged updates)")
+    if ax_scale.has_data():
+        ax_scale.legend(fontsize=7)
+    return save_report(fig, out, lines)
 
 
 def converged_note(records):
