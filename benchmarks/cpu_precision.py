@@ -46,7 +46,7 @@ def default_data():
 
 
 def seconds_per_update(args, arch, precision):
-    """Median seconds per update of one fairseq-train run (``train_inner`` after the first)."""
+    """Seconds per update of one fairseq-train run (:func:`from_logs`)."""
     flags, patches_off = PRECISIONS[precision]
     env = dict(os.environ, OMP_NUM_THREADS="1", FAIRSEQ_LAYERNORM_PLUGINS_NO_PATCH=patches_off)
     size = [f"--{side}-{key}" for side in ("encoder", "decoder") for key in ("layers", "embed-dim", "ffn-embed-dim")]

@@ -56,7 +56,8 @@ under two or more seeds, OUT-seeds.md and .png compare them (mean ± sd, differe
     python scripts/claims.py admin --seed 2 --runs-only "preln radam" "admin radam" --out docs/claims/admin
 
 Precision: ``--precision fp16`` (or bf16) trains every run in fairseq's --fp16 (on a CPU too), in
-RUNS/CLAIM-fp16; ``--against`` sets each run beside the same run of an fp32 OUT.json:
+RUNS/CLAIM-fp16; ``--against`` sets each run beside the same run of the claim's OUT.json in
+another precision (here fp32), same budget:
 
     python scripts/claims.py b2t --precision fp16 --jobs 2 --out docs/claims/b2t-fp16 --against docs/claims/b2t.json
 """
@@ -206,17 +207,22 @@ CLAIMS["lm"] = Claim(
 
 
 def other_precision(parser, args):
-    """(precision, records) of ``--against``: the same claim's OUT.json in another precision."""
+    """(precision, records) of ``--against``: the same claim's OUT.json in another precision,
+    made with this command's budget but for the precision."""
     path = Path(args.against)
-    if not path.is_file():
-        parser.error(f"--against: {path}: no such file")
-    other = json.loads(path.read_text())
+    try:
+        other = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        parser.error(f"--against: {path}: {err}")
     records = [r for r in other.get("runs", []) if r.get("spec", {}).get("claim") == args.claim]
     if not records:
         parser.error(f"--against: {path} holds no runs of the {args.claim} claim")
-    theirs = other["budget"].get("precision", "fp32")
+    theirs = other.get("budget", {}).get("precision", "fp32")
     if theirs == args.precision:
         parser.error(f"--against: {path} holds {theirs} runs, the precision this command trains in")
+    same = lambda b: {key: value for key, value in b.items() if key != "precision"}
+    if same(other.get("budget", {})) != same(budget(args)):
+        parser.error(f"--against: {path} holds runs made with {other.get('budget')}, not {budget(args)}")
     return theirs, records
 
 

@@ -241,16 +241,19 @@ def test_log_curves_of_a_resumed_run_keep_the_second_telling_of_the_rerun_stretc
     valid = (
         '2026 | INFO | valid | {{"epoch": 1, "valid_loss": "{l}", "valid_nll_loss": "{l}", "valid_num_updates": "{u}"}}'
     )
+    overflow = "2026 | INFO | fairseq.trainer | NOTE: gradient overflow detected, ignoring gradient, setting loss scale"
     lines = [inner.format(e=u / 100, l=9.0, u=u, w=u) for u in (25, 50)]
-    lines += [valid.format(l=8.0, u=50), inner.format(e=0.75, l=7.0, u=75, w=75), valid.format(l=6.5, u=75)]
+    lines += [overflow, valid.format(l=8.0, u=50), inner.format(e=0.75, l=7.0, u=75, w=75), valid.format(l=6.5, u=75)]
+    lines.insert(1, overflow)  # between updates 25 and 50: before the checkpoint
     lines.append("2026 | INFO | fairseq.trainer | Loaded checkpoint /r/checkpoint_last.pt (epoch 1 @ 50 updates)")
-    lines += [inner.format(e=0.75, l=6.0, u=75, w=0), inner.format(e=1.0, l=5.0, u=100, w=0)]
+    lines += [inner.format(e=0.75, l=6.0, u=75, w=0), overflow, inner.format(e=1.0, l=5.0, u=100, w=0)]
     lines.append(valid.format(l=5.5, u=100))
     (tmp_path / "train.log").write_text("\n".join(lines) + "\n")
     curves = read_log_curves(tmp_path / "train.log")
     assert [(p["update"], p["loss"]) for p in curves["train"]] == [(25, 9.0), (50, 9.0), (75, 6.0), (100, 5.0)]
     assert [(v["update"], v["loss"]) for v in curves["valid"]] == [(50, 8.0), (100, 5.5)]
     assert curves["end"]["update"] == 100
+    assert curves["overflows"] == [25, 75]  # the one after update 50 was in the stretch trained again
 
 
 RANK_WORKER = """

@@ -138,12 +138,11 @@ def train_run(claim, run, args):
     )
     scales = [(p["update"], p["loss_scale"]) for p in curves["train"] if p.get("loss_scale") is not None]  # --fp16
     if scales:
-        overflows = (run_dir / "train.log").read_text(errors="replace").count("gradient overflow detected")
         record.update(
             loss_scale_min=min(s for _, s in scales),
             loss_scale_last=scales[-1][1],
             loss_scales=scales,  # at each logged update
-            overflows=overflows,  # updates skipped (and the scale halved) for inf/NaN gradients
+            overflows=len(curves["overflows"]),  # updates skipped (and the scale halved) for inf/NaN gradients
         )
     if args.patience:
         best = min(curves["valid"], key=lambda v: v["loss"], default=None)  # fairseq's checkpoint_best.pt

@@ -13,6 +13,7 @@ from collections import Counter
 from pathlib import Path
 
 # fairseq.trainer's line when a run starts from a checkpoint (fairseq 0.12)
+OVERFLOW = "gradient overflow detected"  # fairseq's Trainer, once per skipped fp16 update
 LOADED_CHECKPOINT = re.compile(r"Loaded checkpoint .* \(epoch \d+ @ (\d+) updates\)")
 # the lines of a log that say why fairseq stopped: a NaN/inf loss, the fp16 loss scale, CUDA
 STOPPED = re.compile(r"(FloatingPointError|Minimum loss scale|OverflowError|CUDA out of memory|Error:)")
@@ -33,16 +34,23 @@ def read_log_curves(log_path):
     within the epoch), so validations every N updates fall where they happened; "end" is the
     last update and wall-clock second logged (``train_inner`` or end-of-epoch ``train``); "wps" (target
     words per second) and "loss_scale" (``--fp16`` only) are None where fairseq logged none.
+    "overflows" (``--fp16``): for each update skipped for inf/NaN gradients, the last update
+    logged before it (with a log interval that divides the checkpoint interval, it fell after
+    that one and not after the next checkpoint).
     A log that a resumed run appended to holds what followed its checkpoint twice: fairseq's
     "Loaded checkpoint ... (epoch E @ U updates)" line drops what was logged after update U,
     so the resumed run's telling stands."""
-    curves = {"train": [], "valid": [], "end": {"update": 0, "wall": 0.0}}
+    curves = {"train": [], "valid": [], "end": {"update": 0, "wall": 0.0}, "overflows": []}
     epoch_at = {}
     for line in Path(log_path).read_text(errors="replace").splitlines():
         if loaded := LOADED_CHECKPOINT.search(line):
             for name in ("train", "valid"):
                 curves[name] = [r for r in curves[name] if r["update"] <= int(loaded[1])]
+            curves["overflows"] = [u for u in curves["overflows"] if u < int(loaded[1])]
             curves["end"]["update"] = min(curves["end"]["update"], int(loaded[1]))
+            continue
+        if OVERFLOW in line:
+            curves["overflows"].append(curves["end"]["update"])
             continue
         if (parsed := log_record(line)) is None:
             continue

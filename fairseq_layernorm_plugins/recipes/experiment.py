@@ -267,8 +267,9 @@ def open_run_dir(run_dir, spec, label):
     """Make ``run_dir`` the directory of the run ``spec`` describes (everything that decides
     its outcome, with its "budget" and "fairseq" options; written as spec.json): a run made
     with the same spec, or a shorter one that ``spec`` :func:`extends` with a checkpoint to go
-    on from, is kept for fairseq to resume; one made with another spec is removed, so that the
-    run trains again from scratch."""
+    on from, is kept for fairseq to resume (the shorter one's budget added to
+    extended_from.json: :func:`extended_from`); one made with another spec is removed, so that
+    the run trains again from scratch."""
     run_dir = Path(run_dir)
     spec_file = run_dir / "spec.json"
     previous = json.loads(spec_file.read_text()) if spec_file.exists() else spec

@@ -137,6 +137,7 @@ def claim_report(claim_name, claim, records, commands, out, unigram):
         f"Precision: {', '.join(precisions)}.",
         "",
         *(converged_note(records) if any("stopped_early" in r for r in records) else []),
+        *extended_note(records),
         "| run | optimizer | warm-up | status | final valid NLL | final valid BLEU | best valid BLEU | "
         f"updates to {target if target is None else f'{target:.1f}'} valid BLEU ({claim.baseline}) | test BLEU |"
         + (" loss scale min / last |" if fp16 else ""),
@@ -247,19 +248,22 @@ def spec_differences(a, b, ignore=("precision",)):
 
 def precision_report(claim_name, claim, records, other, out):
     """OUT.md and .png: each run of a claim trained in one precision (``records``) beside the same
-    run in another (``other``: the records of that precision's OUT.json), same seed and budget:
-    status, final validation NLL, test BLEU and their difference, and an fp16 run's loss scale
-    and skipped updates; the plot: both validation NLL curves and the fp16 loss scale history.
-    Any other setting in which a pair's specs differ is listed under the table."""
+    run in another (``other``: the records of that precision's OUT.json, same seed and budget):
+    status, final validation NLL, test score (BLEU; a language model's perplexity) and their
+    difference, and the fp16 run's loss scale and skipped updates; the plot: both validation NLL
+    curves and the fp16 loss scale history. Any other setting in which a pair's specs differ is
+    listed under the table."""
     from fairseq_layernorm_plugins.methods import METHODS
 
-    precision = lambda rs: rs[0]["spec"].get("precision", "fp32")  # noqa: E731
+    precision = lambda rs: rs[0]["spec"].get("precision", "fp32")
     mine, theirs = precision(records), precision(other)
+    score, score_name = ("test_ppl", "test ppl") if claim.language_model else ("test_bleu", "test BLEU")
     by_label = {r["label"]: r for r in other}
     order = [run.label for run in claim.runs]
     ours = sorted((r for r in records if r["label"] in by_label), key=lambda r: order.index(r["label"]))
     pairs = [(r, by_label[r["label"]]) for r in ours]
-    final = lambda r: r["valid"][-1]["nll"] if r["valid"] else float("nan")  # noqa: E731
+    half = lambda a, b: a if "loss_scale_min" in a else b  # the fp16 run of a pair, if either is
+    final = lambda r: r["valid"][-1]["nll"] if r["valid"] else float("nan")
     lines = [
         f"### {claim_name} in {mine} beside {theirs}: {claim.paper}",
         "",
@@ -267,14 +271,16 @@ def precision_report(claim_name, claim, records, other, out):
         "seed and budget. Overflows: updates skipped for inf/NaN gradients (each halves the loss scale).",
         "",
         f"| run | status {theirs} | status {mine} | final valid NLL {theirs} | final valid NLL {mine} | "
-        f"test BLEU {theirs} | test BLEU {mine} | {mine} − {theirs} | loss scale min / last ({mine}) |",
+        f"{score_name} {theirs} | {score_name} {mine} | {mine} − {theirs} | fp16 loss scale min / last |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for a, b in pairs:
         lines.append(
-            f"| {a['label']} | {b['status']} | {a['status']} | {final(b):.3f} | {final(a):.3f} | {b['test_bleu']:.2f} | "
-            f"{a['test_bleu']:.2f} | {a['test_bleu'] - b['test_bleu']:+.2f} |" + loss_scale(a)
+            f"| {a['label']} | {b['status']} | {a['status']} | {final(b):.3f} | {final(a):.3f} | {b[score]:.2f} | "
+            f"{a[score]:.2f} | {a[score] - b[score]:+.2f} |" + loss_scale(half(a, b))
         )
+    missing = [r["label"] for r in records if r["label"] not in by_label]
+    lines += ["", f"Not in the {theirs} results: {', '.join(missing)}."] if missing else []
     differing = [(a["label"], spec_differences(a["spec"], b["spec"])) for a, b in pairs]
     if any(diffs for _, diffs in differing):
         lines += ["", f"Settings that differ besides the precision ({mine} vs {theirs}):", ""]
@@ -287,11 +293,11 @@ def precision_report(claim_name, claim, records, other, out):
         for r, style, name in ((b, "-", theirs), (a, "--", mine)):
             updates, nll = [v["update"] for v in r["valid"]], [v["nll"] for v in r["valid"]]
             ax_nll.plot(updates, nll, style, color=colour, marker=".", label=f"{r['label']} {name}")
-        if a.get("loss_scales"):
-            ax_scale.step(*zip(*a["loss_scales"]), where="post", color=colour, label=a["label"])
+        if half(a, b).get("loss_scales"):
+            ax_scale.step(*zip(*half(a, b)["loss_scales"]), where="post", color=colour, label=a["label"])
     ax_nll.set(xlabel="updates", ylabel="validation NLL (bits/token)", title=f"{claim_name}: {theirs} (—), {mine} (--)")
     ax_nll.legend(fontsize=7)
-    ax_scale.set(xlabel="updates", ylabel="loss scale", yscale="log", title=f"{mine} loss scale (logged updates)")
+    ax_scale.set(xlabel="updates", ylabel="loss scale", yscale="log", title="fp16 loss scale (logged updates)")
     if ax_scale.has_data():
         ax_scale.legend(fontsize=7)
     return save_report(fig, out, lines)
@@ -314,19 +320,24 @@ def converged_note(records):
             f"| {r['label']} | {r['updates']} | {r.get('best_update')} | {'yes' if r.get('stopped_early') else 'no (cap)'} | "
             f"{r.get('train_hours', '')} |"
         )
-    extended = [r for r in records if r.get("extended_from")]
-    if extended:
-        earlier = ", ".join(
-            f"{r['label']} ({' then '.join(str(b['updates']) for b in r['extended_from'])} updates, validated every "
-            f"{' then '.join(str(b['validate_every']) for b in r['extended_from'])})"
-            for r in extended
-        )
-        lines += [
-            "",
-            f"Went on from the checkpoint of a shorter run: {earlier}; their earlier validations are at that "
-            "budget's interval, and the patience counts from the resume.",
-        ]
     return lines + [""]
+
+
+def extended_note(records):
+    """Lines naming the runs that went on from a shorter run's checkpoint (``extended_from``)."""
+    extended = [r for r in records if r.get("extended_from")]
+    if not extended:
+        return []
+    earlier = ", ".join(
+        f"{r['label']} ({' then '.join(str(b['updates']) for b in r['extended_from'])} updates, validated every "
+        f"{' then '.join(str(b['validate_every']) for b in r['extended_from'])})"
+        for r in extended
+    )
+    return [
+        f"Went on from the checkpoint of a shorter run: {earlier}; their earlier validations are at that "
+        "budget's interval, and a --patience counts from the resume.",
+        "",
+    ]
 
 
 def _spread(values, digits=2, sign=False):
