@@ -36,7 +36,8 @@ def loss_scale(record):
     updates, where the record counts them)."""
     if "loss_scale_min" not in record:
         return " n/a |"
-    skipped = f", {record['overflows']} overflows" if "overflows" in record else ""
+    count = record.get("overflows")
+    skipped = "" if count is None else f", {count} overflow{'' if count == 1 else 's'}"
     return f" {record['loss_scale_min']:g} / {record['loss_scale_last']:g}{skipped} |"
 
 
