@@ -45,6 +45,13 @@ makes to fairseq's own behaviour, each named:
   keeps, so a resumed run forgets its best validation loss and its count, and trains up to
   N validations longer than the uninterrupted run. This keeps both in the checkpoint's
   extra state and restores them on resume. Applied when one of the plugin's models is built.
+* ``wall_resume`` (fairseq 0.12.x): the ``wall`` clock in fairseq-train's logs (seconds since
+  the run began) is a stopwatch that is started and never stopped, so a checkpoint saves it
+  as 0 and a resumed run logs ``"wall": "0"`` from the first line on: the run's time is lost
+  at every resume. This keeps the seconds at the save in the checkpoint's extra state
+  (``wall``) and starts the clock from them on resume, so ``wall`` is the time the saved
+  model took to train (work done after the last save and lost with the process is not
+  counted). Applied when one of the plugin's models is built.
 
 * ``admin_profiling`` (any fairseq): fairseq has no hook between building the model and
   building its ``Trainer`` (which converts it to fp16, copies fp32 masters, builds the
@@ -107,6 +114,7 @@ PATCHES = (
     "keep_last_batch",
     "resume_batches",
     "patience_resume",
+    "wall_resume",
     "admin_profiling",
 )
 SWITCH = "FAIRSEQ_LAYERNORM_PLUGINS_NO_PATCH"
@@ -135,6 +143,7 @@ def apply(name, *args):
             "keep_last_batch": keep_last_batch,
             "resume_batches": resume_batches,
             "patience_resume": patience_resume,
+            "wall_resume": wall_resume,
             "admin_profiling": admin_profiling,
         }[name](*args)
 
@@ -389,17 +398,58 @@ def patience_resume():
 
     def load_checkpoint(self, filename, *args, **kwargs):
         extra_state = load(self, filename, *args, **kwargs)
-        call = dict(zip(("reset_optimizer", "reset_lr_scheduler", "optimizer_overrides", "reset_meters"), args))
-        call.update(kwargs)
-        reset = call.get("reset_optimizer") or call.get("reset_meters")  # as fairseq restores its own ``best``
         stop = _early_stopping()
-        if extra_state and "patience" in extra_state and stop is not None and not reset:
+        if extra_state and "patience" in extra_state and stop is not None and _resumes(args, kwargs):
             stop.best, stop.num_runs = extra_state["patience"]["best"], extra_state["patience"]["num_runs"]
         return extra_state
 
     for wrapper, original in ((save_checkpoint, save), (load_checkpoint, load)):
         wrapper.__doc__ = original.__doc__
         wrapper.patience_resume = True
+    Trainer.save_checkpoint, Trainer.load_checkpoint = save_checkpoint, load_checkpoint
+
+
+def _resumes(args, kwargs):
+    """True when ``Trainer.load_checkpoint(filename, *args, **kwargs)`` restores the optimizer
+    and meters (a resume), as fairseq restores ``save_checkpoint.best`` and its meters."""
+    call = dict(zip(("reset_optimizer", "reset_lr_scheduler", "optimizer_overrides", "reset_meters"), args))
+    call.update(kwargs)
+    return not (call.get("reset_optimizer") or call.get("reset_meters"))
+
+
+def wall_resume():
+    """Keep fairseq-train's ``wall`` clock across a resume (see the module docstring).
+
+    fairseq's ``wall`` meter (``metrics.get_meter("default", "wall")``, a ``StopwatchMeter``)
+    reports ``perf_counter() - start_time``; its saved state has no start, so a loaded one
+    reads 0. The seconds at the save go into the extra state as ``wall``, and a resume sets
+    ``start_time`` that many seconds back.
+    """
+    import time
+
+    from fairseq.logging import metrics
+    from fairseq.trainer import Trainer
+
+    if getattr(Trainer.save_checkpoint, "wall_resume", False):
+        return
+    save, load = Trainer.save_checkpoint, Trainer.load_checkpoint
+
+    def save_checkpoint(self, filename, extra_state):
+        wall = metrics.get_meter("default", "wall")
+        if wall is not None:
+            extra_state = {**extra_state, "wall": wall.elapsed_time}
+        return save(self, filename, extra_state)
+
+    def load_checkpoint(self, filename, *args, **kwargs):
+        extra_state = load(self, filename, *args, **kwargs)
+        wall = metrics.get_meter("default", "wall")
+        if extra_state and "wall" in extra_state and wall is not None and _resumes(args, kwargs):
+            wall.start_time = time.perf_counter() - extra_state["wall"]
+        return extra_state
+
+    for wrapper, original in ((save_checkpoint, save), (load_checkpoint, load)):
+        wrapper.__doc__ = original.__doc__
+        wrapper.wall_resume = True
     Trainer.save_checkpoint, Trainer.load_checkpoint = save_checkpoint, load_checkpoint
 
 

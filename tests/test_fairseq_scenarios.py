@@ -9,6 +9,7 @@ fairseq's own tests run it), a few epochs of the toy reversal task.
 import argparse
 import logging
 import shutil
+import time
 
 import pytest
 import torch
@@ -189,6 +190,26 @@ def test_resumed_run_stops_early_where_the_uninterrupted_one_does(tiny_data_bin,
     resumed = train(tiny_data_bin, tmp_path, "transformer_postln", *PATIENCE_FLAGS)
     assert [r["num_updates"] for r in resumed.of("train_inner")] == ["7", "8"]
     assert any("early stop" in line for line in resumed.lines)
+
+
+def test_resumed_run_logs_the_wall_clock_of_the_saved_one(tiny_data_bin, tmp_path):
+    """fairseq's ``wall`` (seconds since the run began) goes on from the checkpoint's
+    (``wall_resume`` in _compat.py); fairseq alone logs 0 after every resume. The saved
+    seconds are set to an hour, so the resumed run must log an hour plus its own time."""
+    first = train(tiny_data_bin, tmp_path / "first", "transformer_postln", "--max-update", "4")
+    state = torch.load(tmp_path / "first" / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    logged = [float(r["wall"]) for r in first.of("train_inner")]
+    assert logged == sorted(logged) and state["extra_state"]["wall"] >= logged[-1] - 0.5  # logs round to 1 s
+    state["extra_state"]["wall"] = 3600.0
+    torch.save(state, tmp_path / "checkpoint_last.pt")
+    start = time.perf_counter()
+    resumed = train(tiny_data_bin, tmp_path, "transformer_postln", "--max-update", "8")
+    took = time.perf_counter() - start
+    walls = [float(r["wall"]) for r in resumed.of("train_inner")]
+    assert [r["num_updates"] for r in resumed.of("train_inner")] == ["5", "6", "7", "8"]
+    assert all(3600 <= wall <= 3600 + took + 0.5 for wall in walls), walls
+    saved = torch.load(tmp_path / "checkpoint_last.pt", map_location="cpu", weights_only=False)["extra_state"]["wall"]
+    assert 3600 + took >= saved >= walls[-1] - 0.5
 
 
 # --- checkpoint_utils (tests/test_checkpoint_utils.py) and generation (tests/test_binaries.py)

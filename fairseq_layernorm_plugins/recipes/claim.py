@@ -134,7 +134,8 @@ def train_run(claim, run, args):
         **{"test_ppl" if claim.language_model else "test_bleu": outcome.score},
         updates=curves["end"]["update"],
         minutes=outcome.minutes,  # this call's, evaluation included
-        # fairseq's wall clock; fairseq 0.12 saves it as 0 and reads 0 after a resume: the time before the last resume
+        # fairseq's wall clock, kept across resumes by _compat's wall_resume (resumed from a checkpoint saved
+        # without it, the time since that resume)
         train_hours=round(curves["end"]["wall"] / 3600, 2),
     )
     scales = [(p["update"], p["loss_scale"]) for p in curves["train"] if p.get("loss_scale") is not None]  # --fp16
