@@ -203,6 +203,23 @@ def test_precision_trains_every_run_in_fp16_and_reports_its_loss_scale(tmp_path,
     assert "holds runs made with" in capsys.readouterr().err
 
 
+def test_claim_report_of_runs_without_the_baseline(tmp_path):
+    """A claim run in part (``--runs-only``) without its baseline: the column that counts
+    updates to the baseline's BLEU names it and says it was not run, instead of "None"."""
+    valid = [{"update": 2, "nll": 5.0, "bleu": 1.0}, {"update": 4, "nll": 4.0, "bleu": 2.5}]
+    spec = {"claim": "toy", "fairseq": {"model": {}}}
+    run = {"label": "preln no warm-up", "method": "preln", "optimizer": "adam", "warmup": None, "spec": spec}
+    run |= {"status": "trained", "valid": valid, "test_bleu": 3.0}
+    markdown = render.claim_report("toy", TOY, [run], [], tmp_path / "toy", unigram=8.0).splitlines()
+    (header,) = [line for line in markdown if line.startswith("| run |")]
+    assert "updates to postln warm-up's valid BLEU |" in header and "None" not in header
+    assert "| preln no warm-up | adam | none | trained | 4.000 | 2.50 | 2.50 | n/a (not run) | 3.00 |" in markdown
+    baseline = {**run, "label": "postln warm-up", "method": "postln", "warmup": 300}
+    markdown = render.claim_report("toy", TOY, [run, baseline], [], tmp_path / "toy", unigram=8.0).splitlines()
+    assert any(line.startswith("| run |") and "updates to 2.5 valid BLEU (postln warm-up)" in line for line in markdown)
+    assert "| preln no warm-up | adam | none | trained | 4.000 | 2.50 | 2.50 | 4 | 3.00 |" in markdown
+
+
 def test_precision_report_sets_each_run_beside_its_other_precision(tmp_path):
     """Columns in the order named (the other precision first), the difference this one minus
     that one, runs matched by label in the claim's order, differing settings listed."""

@@ -140,7 +140,12 @@ def claim_report(claim_name, claim, records, commands, out, unigram):
         *(converged_note(records) if any("stopped_early" in r for r in records) else []),
         *extended_note(records),
         "| run | optimizer | warm-up | status | final valid NLL | final valid BLEU | best valid BLEU | "
-        f"updates to {target if target is None else f'{target:.1f}'} valid BLEU ({claim.baseline}) | test BLEU |"
+        + (
+            f"updates to {target:.1f} valid BLEU ({claim.baseline})"
+            if base
+            else f"updates to {claim.baseline}'s valid BLEU"
+        )
+        + " | test BLEU |"
         + (" loss scale min / last |" if fp16 else ""),
         "|---|---|---|---|---|---|---|---|---|" + ("---|" if fp16 else ""),
     ]
@@ -148,9 +153,10 @@ def claim_report(claim_name, claim, records, commands, out, unigram):
         last = r["valid"][-1] if r["valid"] else {"nll": float("nan"), "bleu": None}
         best = max((v["bleu"] for v in r["valid"] if v["bleu"] is not None), default=None)
         reach = first_update_reaching(r, target) if target is not None else None
+        reach = "n/a (not run)" if not base else reach if reach is not None else "not reached"
         lines.append(
             f"| {r['label']} | {r['optimizer']} | {r['warmup'] or 'none'} | {r['status']} | {last['nll']:.3f} | "
-            f"{number(last['bleu'])} | {number(best)} | {reach if reach is not None else 'not reached'} | "
+            f"{number(last['bleu'])} | {number(best)} | {reach} | "
             f"{r['test_bleu']:.2f} |" + (loss_scale(r) if fp16 else "")
         )
 
