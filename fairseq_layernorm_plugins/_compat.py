@@ -52,6 +52,13 @@ makes to fairseq's own behaviour, each named:
   (``wall``) and starts the clock from them on resume, so ``wall`` is the time the saved
   model took to train (work done after the last save and lost with the process is not
   counted). Applied when one of the plugin's models is built.
+* ``resume_finished`` (fairseq 0.12.x): fairseq-train checks ``--max-update`` and
+  ``--patience`` only after an update, so a run resumed from the checkpoint it ended with
+  (a requeued batch job, an experiment run again) trains one more update, or on to the next
+  validation, overwrites ``checkpoint_last.pt`` and ends with another model than the one it
+  had. A run resumed at its ``--max-update``, or with its patience spent (as
+  ``patience_resume`` restores it), now ends at once. Applied when one of the plugin's
+  models is built.
 
 * ``admin_profiling`` (any fairseq): fairseq has no hook between building the model and
   building its ``Trainer`` (which converts it to fp16, copies fp32 masters, builds the
@@ -64,6 +71,7 @@ Turn any of them off with ``FAIRSEQ_LAYERNORM_PLUGINS_NO_PATCH=name[,name...]`` 
 ``all``).
 """
 
+import logging
 import os
 import sys
 
@@ -115,6 +123,7 @@ PATCHES = (
     "resume_batches",
     "patience_resume",
     "wall_resume",
+    "resume_finished",
     "admin_profiling",
 )
 SWITCH = "FAIRSEQ_LAYERNORM_PLUGINS_NO_PATCH"
@@ -144,6 +153,7 @@ def apply(name, *args):
             "resume_batches": resume_batches,
             "patience_resume": patience_resume,
             "wall_resume": wall_resume,
+            "resume_finished": resume_finished,
             "admin_profiling": admin_profiling,
         }[name](*args)
 
@@ -451,6 +461,36 @@ def wall_resume():
         wrapper.__doc__ = original.__doc__
         wrapper.wall_resume = True
     Trainer.save_checkpoint, Trainer.load_checkpoint = save_checkpoint, load_checkpoint
+
+
+def resume_finished():
+    """End a fairseq-train run at once when it resumes finished (see the module docstring):
+    wraps ``fairseq_cli.train.train`` (one epoch), which ``main`` calls by its module name."""
+    train = sys.modules.get("fairseq_cli.train")
+    if train is None or getattr(train.train, "resume_finished", False):
+        return
+    one_epoch = train.train
+
+    def finished(cfg, trainer):
+        """Why the run has nothing left to train, or None."""
+        updates, most = trainer.get_num_updates(), cfg.optimization.max_update
+        if most and updates >= most:
+            return f"num_updates: {updates} >= max_update: {most}"
+        patience, stop = cfg.checkpoint.patience, train.should_stop_early
+        if patience > 0 and updates > 0 and getattr(stop, "num_runs", 0) >= patience:
+            return f"--patience {patience} spent before the checkpoint"
+        return None
+
+    def train_one_epoch(cfg, trainer, task, epoch_itr):
+        why = finished(cfg, trainer)
+        if why:
+            logging.getLogger("fairseq_cli.train").info(f"Stopping training at once (resumed finished): {why}")
+            return [None], True
+        return one_epoch(cfg, trainer, task, epoch_itr)
+
+    train_one_epoch.__doc__ = one_epoch.__doc__
+    train_one_epoch.resume_finished = True
+    train.train = train_one_epoch
 
 
 def admin_profiling(profile):

@@ -192,6 +192,29 @@ def test_resumed_run_stops_early_where_the_uninterrupted_one_does(tiny_data_bin,
     assert any("early stop" in line for line in resumed.lines)
 
 
+def checkpoint_updates(path):
+    return torch.load(path, map_location="cpu", weights_only=False)["optimizer_history"][-1]["num_updates"]
+
+
+@pytest.mark.parametrize("stop", ["max-update", "patience"])
+def test_run_resumed_finished_trains_no_further(tiny_data_bin, tmp_path, stop):
+    """The same command again in a finished run's directory (a requeued job) leaves its model
+    as it was (``resume_finished`` in _compat.py); fairseq alone trains one more update past
+    ``--max-update``, or on to the next validation once ``--patience`` is spent."""
+    flags = ["--max-update", "4"] if stop == "max-update" else PATIENCE_FLAGS
+    fresh_early_stopping()
+    first = train(tiny_data_bin, tmp_path, "transformer_postln", *flags)
+    last = first.of("train_inner")[-1]["num_updates"]
+    assert last == ("4" if stop == "max-update" else "8")
+    before = model_state(tmp_path / "checkpoint_last.pt")
+    fresh_early_stopping()  # a new process
+    again = train(tiny_data_bin, tmp_path, "transformer_postln", *flags)
+    assert again.of("train_inner") == [] and any("resumed finished" in line for line in again.lines)
+    assert checkpoint_updates(tmp_path / "checkpoint_last.pt") == int(last)
+    for key, value in model_state(tmp_path / "checkpoint_last.pt").items():
+        torch.testing.assert_close(value, before[key], rtol=0, atol=0, msg=key)
+
+
 def test_resumed_run_logs_the_wall_clock_of_the_saved_one(tiny_data_bin, tmp_path):
     """fairseq's ``wall`` (seconds since the run began) goes on from the checkpoint's
     (``wall_resume`` in _compat.py); fairseq alone logs 0 after every resume. The saved

@@ -96,7 +96,7 @@ class PluginModelMixin:
         for flag, why in cls.forbidden_flags().items():
             if getattr(args, flag, False):
                 raise ValueError(f"{args.arch}: drop --{flag.replace('_', '-')} ({why})")
-        for patch in ("keep_last_batch", "resume_batches", "patience_resume", "wall_resume"):
+        for patch in ("keep_last_batch", "resume_batches", "patience_resume", "wall_resume", "resume_finished"):
             _compat.apply(patch)
         return args
 
