@@ -25,7 +25,8 @@ below the unigram entropy of the training targets, otherwise "trained".
 Writes OUT.json (per run: spec, status, validation curve, final numbers), OUT.md (table and
 command) and OUT.png (validation BLEU and loss against updates). Resumable: finished runs are
 kept in OUT.json, an interrupted run resumes from its checkpoint_last.pt, and a run whose
-spec (or the budget) changed is trained again from scratch, except that a run given more
+spec (or the budget) changed is trained again from scratch (an option set to fairseq's own
+default is no change: ``recipes.specs``), except that a run given more
 ``--updates`` (with another ``--out``: OUT.json keeps one budget) goes on from where it ended,
 the schedule being the same for any budget.
 
@@ -70,6 +71,7 @@ from pathlib import Path
 from fairseq_layernorm_plugins.recipes import experiment, render
 from fairseq_layernorm_plugins.recipes.claim import Claim, Run, budget, claim_dir, run_spec, train_run, unigram_of
 from fairseq_layernorm_plugins.recipes.experiment import REPO, seed_path
+from fairseq_layernorm_plugins.recipes.specs import same_run
 
 DATA_DIRS = {"multi30k": "multi30k.de-en", "wikitext2": "wikitext-2"}  # under data/
 CLAIMS = {
@@ -295,7 +297,9 @@ def main(argv=None):
     experiment.prepare_corpus(claim.corpus, args.data_dir, test_lines=args.test_lines)  # as the main job prepares it
     results = experiment.Results(f"{out}.json", budget(args), experiment.command_line("scripts/claims.py", argv))
     specs = {run.label: run_spec(claim, run, args)[1] for run in claim.runs}
-    done = {r["label"]: r for r in results.records if r["label"] in specs and r.get("spec") == specs[r["label"]]}
+    done = {
+        r["label"]: r for r in results.records if r["label"] in specs and same_run(r.get("spec"), specs[r["label"]])
+    }
     wanted = [r for r in claim.runs if not args.runs_only or r.label in args.runs_only]
     todo = [r for r in wanted if r.label not in done]
     print(

@@ -247,6 +247,7 @@ def test_precision_report_sets_each_run_beside_its_other_precision(tmp_path):
         record("preln no warm-up", "preln", "fp32", 3.25, 20.0),
     ]
     full[0]["spec"]["fairseq"] = {"clip_norm": 0.0}
+    full[1]["spec"]["fairseq"] = {"optimization": {"clip_norm": 0.0}}  # fairseq's default written out: no difference
     markdown = render.precision_report("toy", TOY, half, full, tmp_path / "vs").splitlines()
     rows = [line for line in markdown if line.startswith("| p")]
     assert rows == [

@@ -132,6 +132,39 @@ def test_a_run_directory_is_kept_for_its_spec_or_a_longer_budget_and_removed_oth
     assert "spec changed" in capsys.readouterr().out and not (run_dir / "checkpoints").exists()
 
 
+def test_a_fairseq_default_written_out_is_the_same_run(tmp_path, capsys):
+    """An option set to fairseq's own default (the authors' ``--clip-norm 0.0``) is the option
+    left unset: the run directory is kept and the specs are the same run; any other value, a
+    boolean for a number, and model options (set by the arch function) are differences."""
+    from fairseq_layernorm_plugins.recipes import specs
+
+    plain = spec(4)
+    plain["fairseq"]["optimizer"] = {"_name": "radam", "weight_decay": 1e-4}
+    spelled = json.loads(json.dumps(plain))
+    spelled["fairseq"]["optimization"] |= {"clip_norm": 0.0, "max_epoch": 0}
+    spelled["fairseq"]["optimizer"] |= {"radam_foreach": False, "adam_eps": 1e-8}  # the plugin's RAdam's defaults
+    spelled["fairseq"]["common"] = {"seed": 1, "fp16": False}
+    spelled["fairseq"]["checkpoint"] = {"keep_last_epochs": -1}
+    assert specs.same_run(plain, spelled) and specs.without_defaults(spelled) == specs.without_defaults(plain)
+    run_dir = tmp_path / "r"
+    experiment.open_run_dir(run_dir, plain, "r")
+    (run_dir / "train.log").write_text("kept")
+    experiment.open_run_dir(run_dir, spelled, "r")
+    assert (run_dir / "train.log").exists() and "spec changed" not in capsys.readouterr().out
+    for group, option, value in [
+        ("optimization", "clip_norm", 0.1),
+        ("optimizer", "radam_foreach", True),
+        ("common", "seed", 2),
+        ("common", "fp16", 0),  # not a boolean
+        ("model", "dropout", 0.0),  # the arch function's default, not a dataclass's
+    ]:
+        other = json.loads(json.dumps(plain))
+        other["fairseq"].setdefault(group, {})[option] = value
+        assert not specs.same_run(plain, other), (group, option)
+    assert specs.fairseq_defaults("optimization")["lr"] == [0.25] and specs.fairseq_defaults("model") == {}
+    assert specs.fairseq_defaults("optimizer", "no_such_optimizer") == {}
+
+
 def test_results_file_keeps_its_budget_and_the_commands_that_made_it(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     path = tmp_path / "out.json"

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from fairseq_layernorm_plugins.atomic import write_json
+from fairseq_layernorm_plugins.recipes import specs
 from fairseq_layernorm_plugins.recipes.config import Recipe, load_recipe, merge
 from fairseq_layernorm_plugins.recipes.curves import first_error, read_log_curves, status, training_summary
 from fairseq_layernorm_plugins.recipes.launch import Launch, data_bin, train
@@ -259,28 +260,29 @@ def extends(previous, spec):
     return (
         spec["budget"]["updates"] > previous["budget"]["updates"]
         and spec["fairseq"]["lr_scheduler"]["_name"] == "inverse_sqrt"
-        and without_updates(previous) == without_updates(spec)
+        and specs.same_run(without_updates(previous), without_updates(spec))
     )
 
 
 def open_run_dir(run_dir, spec, label):
     """Make ``run_dir`` the directory of the run ``spec`` describes (everything that decides
     its outcome, with its "budget" and "fairseq" options; written as spec.json): a run made
-    with the same spec, or a shorter one that ``spec`` :func:`extends` with a checkpoint to go
+    with the same spec (``specs.same_run``: fairseq's defaults written out or not), or a shorter one that ``spec`` :func:`extends` with a checkpoint to go
     on from, is kept for fairseq to resume (the shorter one's budget added to
     extended_from.json: :func:`extended_from`); one made with another spec is removed, so that
     the run trains again from scratch."""
     run_dir = Path(run_dir)
     spec_file = run_dir / "spec.json"
     previous = json.loads(spec_file.read_text()) if spec_file.exists() else spec
-    if previous != spec and extends(previous, spec) and (run_dir / "checkpoints" / "checkpoint_last.pt").exists():
+    same = specs.same_run(previous, spec)
+    if not same and extends(previous, spec) and (run_dir / "checkpoints" / "checkpoint_last.pt").exists():
         print(
             f"[{label}] budget extended from {previous['budget']['updates']} to {spec['budget']['updates']} updates: "
             "resuming from its last checkpoint",
             flush=True,
         )
         write_json(run_dir / EXTENDED, extended_from(run_dir) + [previous["budget"]])
-    elif previous != spec:
+    elif not same:
         print(f"[{label}] spec changed: training again from scratch", flush=True)
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -16,6 +16,7 @@ from fairseq_layernorm_plugins.atomic import write_text
 from fairseq_layernorm_plugins.methods import COLOURS
 from fairseq_layernorm_plugins.recipes.experiment import seed_results
 from fairseq_layernorm_plugins.recipes.figures import pyplot, save_figure
+from fairseq_layernorm_plugins.recipes.specs import without_defaults
 
 
 def save_report(fig, out, lines):
@@ -288,7 +289,7 @@ def precision_report(claim_name, claim, records, other, out):
         )
     missing = [r["label"] for r in records if r["label"] not in by_label]
     lines += ["", f"Not in the {theirs} results: {', '.join(missing)}."] if missing else []
-    differing = [(a["label"], spec_differences(a["spec"], b["spec"])) for a, b in pairs]
+    differing = [(a["label"], spec_differences(*map(without_defaults, (a["spec"], b["spec"])))) for a, b in pairs]
     if any(diffs for _, diffs in differing):
         lines += ["", f"Settings that differ besides the precision ({mine} vs {theirs}):", ""]
         lines += [f"- {label}: {'; '.join(diffs)}" for label, diffs in differing if diffs]
