@@ -71,6 +71,7 @@ Turn any of them off with ``FAIRSEQ_LAYERNORM_PLUGINS_NO_PATCH=name[,name...]`` 
 ``all``).
 """
 
+import functools
 import logging
 import os
 import sys
@@ -414,7 +415,7 @@ def patience_resume():
         return extra_state
 
     for wrapper, original in ((save_checkpoint, save), (load_checkpoint, load)):
-        wrapper.__doc__ = original.__doc__
+        functools.update_wrapper(wrapper, original)  # keeps the flags of patches wrapped before
         wrapper.patience_resume = True
     Trainer.save_checkpoint, Trainer.load_checkpoint = save_checkpoint, load_checkpoint
 
@@ -458,7 +459,7 @@ def wall_resume():
         return extra_state
 
     for wrapper, original in ((save_checkpoint, save), (load_checkpoint, load)):
-        wrapper.__doc__ = original.__doc__
+        functools.update_wrapper(wrapper, original)  # keeps the flags of patches wrapped before
         wrapper.wall_resume = True
     Trainer.save_checkpoint, Trainer.load_checkpoint = save_checkpoint, load_checkpoint
 

@@ -263,3 +263,28 @@ def test_the_exit_hook_stops_a_thread_waiting_for_room_in_its_queue():
     assert proc.returncode == 0 and proc.stdout.split() == ["stopped"], proc.stdout + proc.stderr[-2000:]
     unpatched = read_ahead_at_exit("1", "report", FAIRSEQ_LAYERNORM_PLUGINS_NO_PATCH="loader_thread_exit")
     assert unpatched.stdout.split() == ["alive"], unpatched.stdout + unpatched.stderr[-2000:]
+
+
+def test_checkpoint_patches_wrap_the_trainer_once_however_often_applied():
+    """``patience_resume`` and ``wall_resume`` both wrap ``Trainer.save_checkpoint`` and
+    ``load_checkpoint``; applied at every model build, in either order, each wraps them once
+    (a process that builds many models must not stack wrappers until recursion fails)."""
+    from fairseq.trainer import Trainer
+
+    from fairseq_layernorm_plugins import _compat
+
+    def depth(method):
+        n = 0
+        while hasattr(method, "__wrapped__"):
+            method, n = method.__wrapped__, n + 1
+        return n
+
+    _compat.apply("patience_resume")
+    _compat.apply("wall_resume")
+    before = depth(Trainer.load_checkpoint), depth(Trainer.save_checkpoint)
+    assert before >= (2, 2)  # both wrappers, whichever came first
+    for _ in range(5):
+        for name in ("wall_resume", "patience_resume"):
+            _compat.apply(name)
+    assert (depth(Trainer.load_checkpoint), depth(Trainer.save_checkpoint)) == before
+    assert Trainer.load_checkpoint.patience_resume and Trainer.load_checkpoint.wall_resume
