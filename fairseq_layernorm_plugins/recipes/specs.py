@@ -63,13 +63,16 @@ def fairseq_defaults(group, name=None):
     return _group_defaults().get(group, {})
 
 
+def _number(x):
+    return isinstance(x, int | float) and not isinstance(x, bool)
+
+
 def _same(value, default):
     """``value`` (from YAML or a command line) is ``default`` (a dataclass's): lists and tuples
     alike (``lr: [0.25]``), ints and floats alike (``weight_decay: 0``), booleans only as booleans."""
     if isinstance(value, list | tuple) and isinstance(default, list | tuple):
         return len(value) == len(default) and all(map(_same, value, default))
-    number = lambda x: isinstance(x, int | float) and not isinstance(x, bool)  # noqa: E731
-    if number(value) and number(default):
+    if _number(value) and _number(default):
         return value == default
     return type(value) is type(default) and value == default
 
