@@ -379,6 +379,49 @@ def resume_batches():
     FairseqTask.get_batch_iterator = get_batch_iterator
 
 
+# Checkpoint extra-state key -> (save: () -> value or None, restore: value -> None), one per patch.
+_EXTRA_STATE = {}
+
+
+def _keep_in_checkpoints(key, save, restore):
+    """Put ``save()`` into every checkpoint's extra state as ``key`` (unless it is None) and
+    call ``restore(value)`` when a checkpoint holding it is loaded to resume.
+
+    One wrapper of ``Trainer.save_checkpoint`` / ``load_checkpoint`` serves every patch that
+    registers here (``patience_resume``, ``wall_resume``), installed once however often a
+    patch is applied. A load is a resume when it restores the optimizer and the meters, as
+    fairseq restores ``save_checkpoint.best`` and its meters only then.
+    """
+    import inspect
+
+    from fairseq.trainer import Trainer
+
+    _EXTRA_STATE[key] = (save, restore)
+    if getattr(Trainer.save_checkpoint, "extra_state_hooks", False):
+        return
+    save_checkpoint, load_checkpoint = Trainer.save_checkpoint, Trainer.load_checkpoint
+    load_signature = inspect.signature(load_checkpoint)
+
+    def save_with_extra_state(self, filename, extra_state):
+        kept = {key: value for key, (save, _) in _EXTRA_STATE.items() if (value := save()) is not None}
+        return save_checkpoint(self, filename, {**extra_state, **kept})
+
+    def load_with_extra_state(self, filename, *args, **kwargs):
+        extra_state = load_checkpoint(self, filename, *args, **kwargs)
+        call = load_signature.bind(self, filename, *args, **kwargs)
+        call.apply_defaults()
+        if extra_state and not (call.arguments["reset_optimizer"] or call.arguments["reset_meters"]):
+            for key, (_, restore) in _EXTRA_STATE.items():
+                if key in extra_state:
+                    restore(extra_state[key])
+        return extra_state
+
+    for wrapper, original in ((save_with_extra_state, save_checkpoint), (load_with_extra_state, load_checkpoint)):
+        functools.update_wrapper(wrapper, original)
+        wrapper.extra_state_hooks = True
+    Trainer.save_checkpoint, Trainer.load_checkpoint = save_with_extra_state, load_with_extra_state
+
+
 def _early_stopping():
     """fairseq-train's ``should_stop_early`` (its state lives in the function's attributes),
     or None outside fairseq-train."""
@@ -390,42 +433,22 @@ def patience_resume():
     """Keep ``--patience``'s state (best validation loss, validations since) in checkpoints.
 
     fairseq-train validates, updates ``should_stop_early.best`` / ``.num_runs``, then saves;
-    this wrapper adds the two to the checkpoint's extra state as ``patience`` and, when a
-    checkpoint is loaded with its optimizer and meters (a resume, as fairseq restores
-    ``save_checkpoint.best``), sets them back, so a resumed run stops
-    at the validation the uninterrupted run stops at.
+    the two go into the checkpoint's extra state as ``patience`` and are set back on resume,
+    so a resumed run stops at the validation the uninterrupted run stops at.
     """
-    from fairseq.trainer import Trainer
 
-    if getattr(Trainer.save_checkpoint, "patience_resume", False):
-        return
-    save, load = Trainer.save_checkpoint, Trainer.load_checkpoint
-
-    def save_checkpoint(self, filename, extra_state):
+    def save():
         stop = _early_stopping()
         if stop is not None and getattr(stop, "best", None) is not None:
-            extra_state = {**extra_state, "patience": {"best": stop.best, "num_runs": stop.num_runs}}
-        return save(self, filename, extra_state)
+            return {"best": stop.best, "num_runs": stop.num_runs}
+        return None
 
-    def load_checkpoint(self, filename, *args, **kwargs):
-        extra_state = load(self, filename, *args, **kwargs)
+    def restore(patience):
         stop = _early_stopping()
-        if extra_state and "patience" in extra_state and stop is not None and _resumes(args, kwargs):
-            stop.best, stop.num_runs = extra_state["patience"]["best"], extra_state["patience"]["num_runs"]
-        return extra_state
+        if stop is not None:
+            stop.best, stop.num_runs = patience["best"], patience["num_runs"]
 
-    for wrapper, original in ((save_checkpoint, save), (load_checkpoint, load)):
-        functools.update_wrapper(wrapper, original)  # keeps the flags of patches wrapped before
-        wrapper.patience_resume = True
-    Trainer.save_checkpoint, Trainer.load_checkpoint = save_checkpoint, load_checkpoint
-
-
-def _resumes(args, kwargs):
-    """True when ``Trainer.load_checkpoint(filename, *args, **kwargs)`` restores the optimizer
-    and meters (a resume), as fairseq restores ``save_checkpoint.best`` and its meters."""
-    call = dict(zip(("reset_optimizer", "reset_lr_scheduler", "optimizer_overrides", "reset_meters"), args))
-    call.update(kwargs)
-    return not (call.get("reset_optimizer") or call.get("reset_meters"))
+    _keep_in_checkpoints("patience", save, restore)
 
 
 def wall_resume():
@@ -439,29 +462,17 @@ def wall_resume():
     import time
 
     from fairseq.logging import metrics
-    from fairseq.trainer import Trainer
 
-    if getattr(Trainer.save_checkpoint, "wall_resume", False):
-        return
-    save, load = Trainer.save_checkpoint, Trainer.load_checkpoint
+    def save():
+        wall = metrics.get_meter("default", "wall")
+        return None if wall is None else wall.elapsed_time
 
-    def save_checkpoint(self, filename, extra_state):
+    def restore(seconds):
         wall = metrics.get_meter("default", "wall")
         if wall is not None:
-            extra_state = {**extra_state, "wall": wall.elapsed_time}
-        return save(self, filename, extra_state)
+            wall.start_time = time.perf_counter() - seconds
 
-    def load_checkpoint(self, filename, *args, **kwargs):
-        extra_state = load(self, filename, *args, **kwargs)
-        wall = metrics.get_meter("default", "wall")
-        if extra_state and "wall" in extra_state and wall is not None and _resumes(args, kwargs):
-            wall.start_time = time.perf_counter() - extra_state["wall"]
-        return extra_state
-
-    for wrapper, original in ((save_checkpoint, save), (load_checkpoint, load)):
-        functools.update_wrapper(wrapper, original)  # keeps the flags of patches wrapped before
-        wrapper.wall_resume = True
-    Trainer.save_checkpoint, Trainer.load_checkpoint = save_checkpoint, load_checkpoint
+    _keep_in_checkpoints("wall", save, restore)
 
 
 def resume_finished():
