@@ -52,6 +52,7 @@ def test_first_update_reaching():
     assert render.first_update_reaching(record, 1.0) == 2
     assert render.first_update_reaching(record, 2.0) == 6
     assert render.first_update_reaching(record, 3.5) is None
+    assert render.first_update_reaching(record, None) is None  # the baseline has no BLEU
 
 
 @pytest.mark.slow(2)

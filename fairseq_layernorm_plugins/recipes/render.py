@@ -43,7 +43,9 @@ def loss_scale(record):
 
 
 def first_update_reaching(record, bleu):
-    """The first validated update whose BLEU is at least ``bleu`` (None if none)."""
+    """The first validated update whose BLEU is at least ``bleu`` (None if none, or if ``bleu`` is None)."""
+    if bleu is None:
+        return None
     return next((v["update"] for v in record["valid"] if v["bleu"] is not None and v["bleu"] >= bleu), None)
 
 
@@ -153,8 +155,7 @@ def claim_report(claim_name, claim, records, commands, out, unigram):
     for r in records:
         last = r["valid"][-1] if r["valid"] else {"nll": float("nan"), "bleu": None}
         best = max((v["bleu"] for v in r["valid"] if v["bleu"] is not None), default=None)
-        reach = first_update_reaching(r, target) if target is not None else None
-        reach = "n/a (not run)" if not base else reach if reach is not None else "not reached"
+        reach = "n/a (not run)" if not base else first_update_reaching(r, target) or "not reached"
         lines.append(
             f"| {r['label']} | {r['optimizer']} | {r['warmup'] or 'none'} | {r['status']} | {last['nll']:.3f} | "
             f"{number(last['bleu'])} | {number(best)} | {reach} | "
