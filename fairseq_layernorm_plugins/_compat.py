@@ -403,7 +403,7 @@ def _keep_in_checkpoints(key, save, restore):
     load_signature = inspect.signature(load_checkpoint)
 
     def save_with_extra_state(self, filename, extra_state):
-        kept = {key: value for key, (save, _) in _EXTRA_STATE.items() if (value := save()) is not None}
+        kept = {name: value for name, (kept_value, _) in _EXTRA_STATE.items() if (value := kept_value()) is not None}
         return save_checkpoint(self, filename, {**extra_state, **kept})
 
     def load_with_extra_state(self, filename, *args, **kwargs):
@@ -411,9 +411,9 @@ def _keep_in_checkpoints(key, save, restore):
         call = load_signature.bind(self, filename, *args, **kwargs)
         call.apply_defaults()
         if extra_state and not (call.arguments["reset_optimizer"] or call.arguments["reset_meters"]):
-            for key, (_, restore) in _EXTRA_STATE.items():
-                if key in extra_state:
-                    restore(extra_state[key])
+            for name, (_, restore) in _EXTRA_STATE.items():
+                if name in extra_state:
+                    restore(extra_state[name])
         return extra_state
 
     for wrapper, original in ((save_with_extra_state, save_checkpoint), (load_with_extra_state, load_checkpoint)):

@@ -269,7 +269,7 @@ def test_checkpoint_patches_share_one_trainer_wrapper_however_often_applied():
     """``patience_resume`` and ``wall_resume`` both keep state in a checkpoint's extra state;
     applied at every model build, in either order, they share one wrapper of
     ``Trainer.save_checkpoint`` / ``load_checkpoint`` (a process that builds many models must
-    not stack wrappers until recursion fails), and both entries are saved through it."""
+    not stack wrappers until recursion fails), each registered under its extra-state key."""
     from fairseq.trainer import Trainer
 
     from fairseq_layernorm_plugins import _compat
