@@ -13,8 +13,9 @@ arch ``--steps`` steps back to back of which the fastest counts (a step slowed b
 or another process says nothing about the arch), and each ratio is taken against the
 baseline's in the same repetition; the median ratio and its spread (min-max) are
 printed, one line per arch, with the issue's target. Also the ratio of matmul FLOPs per
-step (exact, unlike the timings), the peak-memory ratio (CUDA: max allocated; CPU: peak
-RSS above the RSS before the model was built, in a fresh process per arch) and Admin's
+step (exact, unlike the timings), the peak-memory ratio (CUDA: max allocated above what was
+allocated before the arch was built, over building it and its warm-up steps, in this process;
+CPU: peak RSS above the RSS before the model was built, in a fresh process per arch) and Admin's
 profiling time in updates. CPU by default; ``--device cuda --precision bf16``
 (or fp16) on a GPU. ``--json PATH`` also writes these numbers to PATH (what
 ``scripts/gpu/check.py`` reads).
@@ -146,9 +147,9 @@ def rss_bytes():
 
 
 def measure_peak(args):
-    """Run in a fresh process: peak memory of building ``args.archs[0]`` and two steps, in
-    bytes (CUDA: max allocated; CPU: peak RSS above the RSS before the model was built,
-    sampled every millisecond)."""
+    """Run in a fresh process on a CPU: peak memory of building ``args.archs[0]`` and two steps,
+    in bytes (peak RSS above the RSS before the model was built, sampled every millisecond; a
+    CPU process's RSS does not shrink back, so every arch needs a process of its own)."""
     import threading
 
     base, peak, running = rss_bytes(), [0], [True]
@@ -165,11 +166,11 @@ def measure_peak(args):
     bench.step()
     running[0] = False
     sampler.join()
-    return torch.cuda.max_memory_allocated() if args.device == "cuda" else peak[0] - base
+    return peak[0] - base
 
 
 def peak_memory(args, arch, fast=False):
-    """:func:`measure_peak` for ``arch`` (with the fast paths or without) in a fresh process."""
+    """:func:`measure_peak` for ``arch`` (with the fast paths or without) in a fresh CPU process."""
     argv = [
         sys.executable,
         __file__,
@@ -230,7 +231,7 @@ def build_parser(description=__doc__):
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps per arch first")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--precision", choices=("fp32", "fp16", "bf16"), default="fp32")
-    parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory processes")
+    parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurement")
     parser.add_argument("--no-fast", action="store_true", help="leave out the ARCH+fast rows")
     parser.add_argument("--measure-peak", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--measure-fast", action="store_true", help=argparse.SUPPRESS)
@@ -259,10 +260,19 @@ def main(argv=None):
     variants = [(BASELINE, False)] + [
         (arch, fast) for arch in args.archs for fast in (False, True)[: 1 if args.no_fast else 2]
     ]
-    benches = {label(arch, fast): Bench(args, arch, fast) for arch, fast in variants}
-    for bench in benches.values():
-        for _ in range(args.warmup):
+    cuda_memory = args.device == "cuda" and not args.no_memory
+    benches, memory = {}, {}
+    for arch, fast in variants:
+        if cuda_memory:  # what this arch adds to the allocations of those built before it
+            torch.cuda.synchronize()
+            before = torch.cuda.memory_allocated()
+            torch.cuda.reset_peak_memory_stats()
+        bench = benches[label(arch, fast)] = Bench(args, arch, fast)
+        for _ in range(max(args.warmup, 2 if cuda_memory else 0)):  # Adam's state exists after the first
             bench.step()
+        if cuda_memory:
+            memory[label(arch, fast)] = torch.cuda.max_memory_allocated() - before
+        print(f"built and warmed up {label(arch, fast)}", flush=True)
     order = list(benches)
     seconds = {arch: [] for arch in order}
     for rep in range(args.reps):
@@ -282,7 +292,8 @@ def main(argv=None):
         f"{args.reps} interleaved reps x best of {args.steps} steps, {args.threads} threads; baseline fairseq transformer {statistics.median(base_wps):.0f} wps"
     )
     flops = {arch: bench.flops() for arch, bench in benches.items()}
-    memory = {} if args.no_memory else {label(a, f): peak_memory(args, a, f) for a, f in variants}
+    if not args.no_memory and not cuda_memory:
+        memory = {label(a, f): peak_memory(args, a, f) for a, f in variants}
     result = {
         **{key: getattr(args, key) for key in ("device", "precision", "layers", "dim", "reps", "steps", "threads")},
         "words_per_step": benches[BASELINE].words,

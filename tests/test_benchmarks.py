@@ -75,8 +75,9 @@ def test_profile_splits_a_step_and_tfixup_runs_no_layer_norm(tiny_data_bin, tmp_
     assert "| LayerNorm | " in table and "| transformer | transformer_tfixup |" in table
 
 
-def test_throughput_writes_its_numbers_as_json_and_the_harness_reads_them(tiny_data_bin, tmp_path):
-    """What scripts/gpu/check.py part c reads: benchmarks/throughput.py --json, run by the harness."""
+def test_throughput_writes_its_numbers_as_json_and_the_harness_reads_them(tiny_data_bin, tmp_path, capsys):
+    """What scripts/gpu/check.py part c reads: benchmarks/throughput.py --json, run by the harness,
+    which echoes the benchmark's progress as it comes."""
     argv = ["--data", str(tiny_data_bin), "--archs", "transformer_preln", "--layers", "1", "--dim", "32"]
     argv += ["--batches", "1", "--reps", "2", "--warmup", "1", "--threads", "1", "--device", "cpu", "--no-memory"]
     result = run_benchmark("throughput.py", argv, tmp_path / "numbers.json")
@@ -89,6 +90,11 @@ def test_throughput_writes_its_numbers_as_json_and_the_harness_reads_them(tiny_d
         low, high = row["spread"]
         assert low <= row["speed_ratio"] <= high and row["met"] == (row["speed_ratio"] >= row["target"])
         assert row["flops_ratio"] > 0 and row["memory_ratio"] is None  # --no-memory
+    echoed = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in echoed if " rep " in line] == [
+        "[throughput] rep 1/2",
+        "[throughput] rep 2/2",
+    ]
 
 
 def test_a_failed_benchmark_is_its_last_line(tmp_path):

@@ -182,7 +182,8 @@ def test_check_methods_default_to_every_recipe_and_the_papers_six_on_a_dry_run()
 
 @pytest.mark.slow(3)
 def test_check_dry_run_trains_scores_and_resumes(check_data, tmp_path):
-    """check.py --dry-run: every part on CPU in fp16; a second call of part b reuses the runs."""
+    """check.py --dry-run: every part on CPU in fp16; a second call of part b reuses the runs; a
+    call elsewhere with --carry measures nothing again, and one past its --deadline runs nothing."""
     out, runs = tmp_path / "out", tmp_path / "runs"
     cmd = [
         sys.executable,
@@ -221,6 +222,8 @@ def test_check_dry_run_trains_scores_and_resumes(check_data, tmp_path):
     for heading in ("### a. Every method", "### b. Admin's omegas", "### c. Throughput", "### d. 3L-3L", "### f. Beam"):
         assert heading in markdown
     assert (out / "check.png").stat().st_size > 10_000
+    full = tmp_path / "full.json"
+    full.write_text((out / "check.json").read_text())
     log = runs / "a.admin.2L.fp16" / "train.log"
     before = log.stat().st_mtime_ns
     proc = subprocess.run(list(map(str, cmd + ["--parts", "b"])), capture_output=True, text=True, timeout=300)
@@ -232,3 +235,21 @@ def test_check_dry_run_trains_scores_and_resumes(check_data, tmp_path):
         and "throughput" not in report
         and "decoding" not in report
     )
+    # another machine (no runs of its own), past its deadline at once: what the first call
+    # measured is carried as it was, so nothing is left to run
+    other = [*cmd[:5], tmp_path / "other", *cmd[6:], "--carry", full, "--deadline", "0"]
+    proc = subprocess.run(list(map(str, other)), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "not run" not in proc.stderr, proc.stderr[-3000:]
+    carried = json.loads((out / "check.json").read_text())
+    first = json.loads(full.read_text())
+    assert carried["carried_from"] == [first["facts"]] and not (tmp_path / "other").exists()
+    assert [{k: v for k, v in r.items() if k != "carried"} for r in carried["runs"]] == first["runs"]
+    assert all(r["carried"] == first["facts"] for r in carried["runs"] + carried["throughput"] + carried["decoding"])
+    assert "| Admin (carried) | fp16 |" in (out / "check.md").read_text()
+    # a third machine, past its deadline without anything carried: every run and benchmark "not run"
+    proc = subprocess.run(list(map(str, other[:-4] + ["--deadline", "0"])), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "run again with --carry" in proc.stderr, proc.stderr[-3000:]
+    report = json.loads((out / "check.json").read_text())
+    assert all(r["not_run"] == "deadline" for r in report["runs"]) and len(report["runs"]) == len(first["runs"])
+    assert all("not_run" in b for b in report["throughput"] + report["decoding"])
+    assert "not run (deadline)" in (out / "check.md").read_text()

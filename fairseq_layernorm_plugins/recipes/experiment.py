@@ -223,18 +223,22 @@ def test_scores(run_dir, cpu=None):
 
 def run_benchmark(script, argv, numbers):
     """Run ``benchmarks/SCRIPT`` with ``argv`` in a process of its own (alone on the device:
-    timings), its measurements written to the JSON file ``numbers`` (its ``--json``); returns
-    {"command", then those numbers}, or {"command", "error": its output's last line}."""
+    timings), its output echoed line by line as "[SCRIPT] line" (progress), its measurements
+    written to the JSON file ``numbers`` (its ``--json``); returns {"command", then those
+    numbers}, or {"command", "error": its output's last line}."""
     numbers = Path(numbers)
     numbers.unlink(missing_ok=True)  # an earlier call's numbers are not this one's
     cmd = [sys.executable, str(REPO / "benchmarks" / script), *argv, "--json", str(numbers)]
-    print(f"[{Path(script).stem}] $ {shlex.join(cmd)}", flush=True)
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    tag = f"[{Path(script).stem}]"
+    print(f"{tag} $ {shlex.join(cmd)}", flush=True)
+    last = "(no output)"
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+        for line in proc.stdout:
+            if line.strip():
+                last = line.strip()
+                print(f"{tag} {last}", flush=True)
     if proc.returncode or not numbers.is_file():
-        return {
-            "command": shlex.join(cmd),
-            "error": ((proc.stdout + proc.stderr).strip().splitlines() or ["(no output)"])[-1],
-        }
+        return {"command": shlex.join(cmd), "error": last}
     return {"command": shlex.join(cmd), **json.loads(numbers.read_text())}
 
 

@@ -451,15 +451,15 @@ def _training_table(records, title):
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in records:
-        if "error" in r:
-            lines.append(
-                f"| {r['label']} | {r['precision']} | {r.get('updates', '')} | **failed**: {r['error']} | | | | | | | |"
-            )
+        if "error" in r or "not_run" in r:
+            what = f"**failed**: {r['error']}" if "error" in r else f"not run ({r['not_run']})"
+            lines.append(f"| {r['label']} | {r['precision']} | {r.get('updates', '')} | {what} | | | | | | | |")
             continue
         scale = f"{number(r['loss_scale_min'], 4)} / {number(r['loss_scale_last'], 4)}" if r["loss_scale"] else "n/a"
         bleu = r.get("bleu", {})
         lines.append(
-            f"| {r['label']} | {r['precision']} | {r['updates']} | {number(r['first_loss'])} -> {number(r['last_loss'])} | "
+            f"| {r['label']}{' (carried)' if 'carried' in r else ''} | {r['precision']} | {r['updates']} | "
+            f"{number(r['first_loss'])} -> {number(r['last_loss'])} | "
             f"{'yes' if r['finite'] else '**no**'} | {'yes' if r['falling'] else '**no**'} | {number(r['valid_loss'])} | {scale} | "
             f"{number(r['wps'], 0)} | {number(bleu.get('tokenized'))} | {number(bleu.get('sacrebleu'))} |"
         )
@@ -495,6 +495,16 @@ def omega_rows(records, tolerance):
     return rows
 
 
+def _machine(facts):
+    """'DATE, DEVICE (torch VERSION)' of a check's facts."""
+    return f"{facts['date']}, {facts['device']} (torch {facts['torch']})"
+
+
+def _carried(bench):
+    """The line saying a benchmark's numbers come from an earlier check."""
+    return f"Carried from the check of {_machine(bench['carried'])}.\n"
+
+
 def check_report(report, tolerance):
     """check.md from the report dict (check.json); ``tolerance``: part b's relative omega tolerance."""
     facts = report["facts"]
@@ -518,6 +528,8 @@ def check_report(report, tolerance):
         ),
         "",
     ]
+    for earlier in report.get("carried_from", []):
+        lines += [f"Carried (not measured again): results of the check on {_machine(earlier)}.", ""]
     by_part = {p: [r for r in report["runs"] if r["part"] == p] for p in "abd"}
     if by_part["a"]:
         lines += _training_table(by_part["a"], "a. Every method, mixed precision")
@@ -538,12 +550,15 @@ def check_report(report, tolerance):
         lines += [
             f"### c. Throughput vs fairseq `transformer`, {bench['precision']} ({bench['device']})",
             "",
-            f"    {bench['command']}",
-            "",
         ]
+        if "not_run" in bench:
+            lines += [f"not run ({bench['not_run']})", ""]
+            continue
+        lines += [f"    {bench['command']}", ""]
         if "error" in bench:
             lines += [f"**failed**: {bench['error']}", ""]
             continue
+        lines += [_carried(bench)] if "carried" in bench else []
         lines += [
             f"Baseline: {bench.get('baseline_wps', '?')} words/s.",
             "",
@@ -557,10 +572,14 @@ def check_report(report, tolerance):
         lines.append("")
     for bench in report.get("decoding", []):
         lines += [f"### f. Beam search with `--fused-attention`, {bench['precision']} ({bench['device']})", ""]
+        if "not_run" in bench:
+            lines += [f"not run ({bench['not_run']})", ""]
+            continue
         lines += [f"    {bench['command']}", ""]
         if "error" in bench:
             lines += [f"**failed**: {bench['error']}", ""]
             continue
+        lines += [_carried(bench)] if "carried" in bench else []
         lines += [
             f"fairseq's attention: {bench['stock_sentences_per_s']:.1f} sentences/s; `--fused-attention`: "
             f"speed ratio {bench['speed_ratio']:.3f} (spread {bench['spread'][0]:.3f}-{bench['spread'][1]:.3f}); "

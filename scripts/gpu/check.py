@@ -2,7 +2,7 @@
 """GPU acceptance check: mixed-precision training of every method, Admin's profiling under
 ``--fp16``, throughput against fairseq's ``transformer``, deep models in fp16, BLEU.
 
-    python scripts/gpu/check.py --out gpu_check                  # on one GPU, a few minutes
+    python scripts/gpu/check.py --out gpu_check                  # one GPU: over 10 min on an H200
     python scripts/gpu/check.py --out cpu_check --device cpu     # the same parts on a CPU (~1-2 h on 2 cores)
     python scripts/gpu/check.py --out /tmp/c --dry-run           # the same code path on CPU, tiny, minutes
 
@@ -26,7 +26,16 @@ f. ``benchmarks/decoding.py`` on part a's Pre-LN model of each precision: beam-s
    the training runs, alone on the GPU).
 
 Resumable: a run with results (``RUNS/<name>/check.json``) is not run again (``--force``
-reruns). ``--device cpu``: every part in fairseq's own fp16 and bf16 paths on a CPU (and fp32
+reruns). A lease-sized machine finishes the check over several calls or machines:
+``--deadline M`` starts no run or benchmark after M minutes (those are reported "not run") and
+``--carry OLD/check.json`` takes an earlier check's results as they are (runs of the same
+budget, benchmarks of each precision without an error), so that only what is missing runs:
+
+    python scripts/gpu/check.py --out gpu_check --carry docs/gpu/check.json --deadline 6 --jobs 8
+
+A carried run without BLEU stays without it (its checkpoints stayed on the other machine).
+
+``--device cpu``: every part in fairseq's own fp16 and bf16 paths on a CPU (and fp32
 beside them), at 6L-6L / 18L-18L d=64 for 80 / 40 updates: what a 2-core CPU finishes (a CPU
 without fp16 arithmetic, most x86 ones, runs fp16 matrix products 20-90x slower than fp32),
 so that a GPU only has to repeat runs already known to work. ``--dry-run`` (no GPU needed):
@@ -35,6 +44,7 @@ unless ``--methods`` says otherwise; it checks that the check itself works, not 
 """
 
 import argparse
+import json
 import shlex
 import sys
 import time
@@ -178,10 +188,37 @@ def run_recipe(run, budget):
     )
 
 
+def carried(earlier, budget):
+    """What an earlier check.json (``--carry``) measured and this one need not measure again:
+    ({run name: record} of its finished runs under the same budget, {(part, precision): benchmark}
+    of its benchmarks without an error), each marked with the earlier check's facts."""
+    if earlier is None:
+        return {}, {}
+    mark = {"carried": earlier["facts"]}
+    same = lambda r: r.get("updates_planned") == (budget.updates if r["part"] == "a" else budget.deep_updates)
+    runs = {
+        r["name"]: {**r, **mark}
+        for r in earlier["runs"]
+        if "error" not in r and "not_run" not in r and (r["part"] == "b" or same(r))
+    }
+    benches = {
+        (part, b["precision"]): {**b, **mark}
+        for part, key in (("c", "throughput"), ("f", "decoding"))
+        for b in earlier.get(key, [])
+        if "error" not in b and "not_run" not in b
+    }
+    return runs, benches
+
+
 def train_run(run, args):
     """Part a, b or d: one run trained once (its record kept in RUNS/<name>/check.json; ``--force``
-    trains it again); returns its record."""
+    trains it again; a carried record is taken as it is); returns its record, or a "not_run" one
+    past the deadline."""
     run_dir = Path(args.runs) / run.name
+    if run.name in args.carried_runs and not args.force:
+        return args.carried_runs[run.name]
+    if not (run_dir / "check.json").is_file() and not args.in_time():
+        return {"name": run.name, "label": METHODS[run.method][2], **asdict(run), "not_run": "deadline"}
     profile = run_dir / "admin_profile.json"
     extra = ["--no-progress-bar", *METHODS[run.method][1]]
     extra += ["--admin-profile-json", str(profile)] if run.method == "admin" else []
@@ -201,8 +238,10 @@ def train_run(run, args):
 
 
 def evaluate_run(record, args):
-    """Part e: BLEU of one trained run of part a or d (skipped when already scored)."""
-    if record["part"] != "b" and "error" not in record and "bleu" not in record:
+    """Part e: BLEU of one trained run of part a or d (skipped when already scored, not run,
+    carried from another machine, or past the deadline)."""
+    skip = ("error", "bleu", "not_run", "carried")
+    if record["part"] != "b" and not any(key in record for key in skip) and args.in_time():
         record |= experiment.test_scores(Path(args.runs) / record["name"], cpu=args.device == "cpu")
         write_json(Path(args.runs) / record["name"] / "check.json", record)
     return record
@@ -210,7 +249,12 @@ def evaluate_run(record, args):
 
 def benchmark(part, script, precision, args, *options):
     """Part c or f: ``benchmarks/SCRIPT`` for ``precision`` on the check's device, in a process
-    of its own (alone on the device: timings); its JSON numbers, or the error."""
+    of its own (alone on the device: timings); its JSON numbers, or the error; the carried
+    numbers as they are; {"not_run"} past the deadline."""
+    if (part, precision) in args.carried_benches:
+        return args.carried_benches[part, precision]
+    if not args.in_time():
+        return {"precision": precision, "device": args.device, "not_run": "deadline"}
     argv = ["--data", str(Path(args.data) / "bin"), "--device", args.device, "--precision", precision, *options]
     numbers = Path(args.runs) / f"{part}.{Path(script).stem}.{precision}.json"
     return {"precision": precision, "device": args.device, **experiment.run_benchmark(script, argv, numbers)}
@@ -246,6 +290,14 @@ def main(argv=None):
         "--dry-run", action="store_true", help="CPU, fp16, tiny models and budgets: checks the check itself"
     )
     parser.add_argument("--force", action="store_true", help="rerun runs that already have results")
+    parser.add_argument(
+        "--deadline", type=float, metavar="M", help="start no run or benchmark after M minutes (default: none)"
+    )
+    parser.add_argument(
+        "--carry",
+        metavar="CHECK_JSON",
+        help="an earlier check.json whose results (same budget, no error) are kept, not measured again",
+    )
     args = parser.parse_args(argv)
     if set(args.parts) - set(PARTS):
         parser.error(f"--parts: choose from {PARTS}")
@@ -270,9 +322,19 @@ def main(argv=None):
     )
     args.jobs = args.jobs or (2 if args.device == "cpu" else 4)
     start = time.time()
+    args.in_time = lambda: args.deadline is None or time.time() < start + 60 * args.deadline
+    earlier = None
+    if args.carry:
+        try:
+            earlier = json.loads(Path(args.carry).read_text())
+        except (OSError, ValueError) as e:
+            parser.exit(2, f"error: --carry {args.carry}: {e}\n")
+    args.carried_runs, args.carried_benches = carried(earlier, budget)
     command = shlex.join([sys.executable, *sys.argv]) if argv is None else shlex.join(["scripts/gpu/check.py", *argv])
     facts = experiment.device_facts(args.device, ", dry run" if args.dry_run else "")
     report = {"facts": facts, "command": command, "budget": budget.__dict__, "runs": []}
+    if earlier:
+        report["carried_from"] = [*earlier.get("carried_from", []), earlier["facts"]]
     if "c" in args.parts:  # alone on the device: timings
         archs = ["--archs", *(REGISTRY[name].model for name in methods if name in REGISTRY and name != "postln")]
         report["throughput"] = [
@@ -288,9 +350,12 @@ def main(argv=None):
         report["omegas"] = render.omega_rows(records, OMEGA_TOLERANCE)
     if "f" in args.parts:  # part a's Pre-LN model of each precision, after the training runs, alone on the device
         preln = {r.precision: Path(args.runs) / r.name for r in runs if r.part == "a" and r.method == "preln"}
-        checkpoint = lambda p: str(preln[p] / "checkpoints" / "checkpoint_last.pt")
+        checkpoint = lambda p: preln[p] / "checkpoints" / "checkpoint_last.pt"
         report["decoding"] = [
-            benchmark("f", "decoding.py", p, args, "--path", checkpoint(p), *budget.decode) for p in budget.precisions
+            benchmark("f", "decoding.py", p, args, "--path", str(checkpoint(p)), *budget.decode)
+            if (("f", p) in args.carried_benches or checkpoint(p).is_file())
+            else {"precision": p, "device": args.device, "not_run": "no Pre-LN checkpoint on this machine"}
+            for p in budget.precisions
         ]
     report["minutes"] = (time.time() - start) / 60
     out = Path(args.out)
@@ -299,8 +364,16 @@ def main(argv=None):
     failed = [r["name"] for r in records if "error" in r] + [
         f"{part} {b['precision']}" for part in ("throughput", "decoding") for b in report.get(part, []) if "error" in b
     ]
+    not_run = [r["name"] for r in records if "not_run" in r] + [
+        f"{part} {b['precision']}"
+        for part in ("throughput", "decoding")
+        for b in report.get(part, [])
+        if "not_run" in b
+    ]
     if failed:
         print(f"check: failed: {', '.join(failed)}", file=sys.stderr)
+    if not_run:
+        print(f"check: not run: {', '.join(not_run)}; run again with --carry {out / 'check.json'}", file=sys.stderr)
     print(f"check: wrote {out / 'check.md'}, {out / 'check.json'}, {out / 'check.png'} in {report['minutes']:.1f} min")
     return 1 if failed else 0
 
