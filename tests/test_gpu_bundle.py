@@ -154,6 +154,33 @@ def test_omega_comparison_flags_a_different_profile():
     assert rows[1]["max_rel_diff"] == pytest.approx(0.01)
 
 
+def test_carried_keeps_finished_results_of_the_same_budget_with_the_machine_that_measured_them():
+    old, new = {"date": "2026-11-26", "device": "H200"}, {"date": "2026-12-01", "device": "H100"}
+    earlier = {
+        "facts": new,
+        "runs": [
+            {"name": "a.preln.6L.fp16", "part": "a", "updates_planned": 300, "carried": old},
+            {"name": "a.admin.6L.fp16", "part": "a", "updates_planned": 300},
+            {"name": "a.b2t.6L.fp16", "part": "a", "updates_planned": 100},  # another budget
+            {"name": "a.dyt.6L.fp16", "part": "a", "updates_planned": 300, "error": "NaN"},
+            {"name": "a.dyt.6L.bf16", "part": "a", "updates_planned": 300, "not_run": "deadline"},
+            {"name": "d.admin.18L.fp16", "part": "d", "updates_planned": 50},
+            {"name": "b.admin.6L.fp32", "part": "b", "updates_planned": 1},
+        ],
+        "throughput": [{"precision": "fp16", "archs": {}}, {"precision": "bf16", "error": "killed"}],
+        "decoding": [{"precision": "fp16", "not_run": "deadline"}],
+    }
+    runs, benches = check.carried(earlier, check.replace(check.GPU, deep_updates=50))
+    assert {name: r["carried"] for name, r in runs.items()} == {
+        "a.preln.6L.fp16": old,  # measured two checks ago: its machine, not the one that carried it
+        "a.admin.6L.fp16": new,
+        "d.admin.18L.fp16": new,
+        "b.admin.6L.fp32": new,
+    }
+    assert list(benches) == [("c", "fp16")] and benches["c", "fp16"]["carried"] == new
+    assert check.carried(None, check.GPU) == ({}, {})
+
+
 @pytest.fixture(scope="module")
 def check_data(tmp_path_factory):
     if not (SHARED_DATA / "iwslt14").is_dir():

@@ -191,18 +191,19 @@ def run_recipe(run, budget):
 def carried(earlier, budget):
     """What an earlier check.json (``--carry``) measured and this one need not measure again:
     ({run name: record} of its finished runs under the same budget, {(part, precision): benchmark}
-    of its benchmarks without an error), each marked with the earlier check's facts."""
+    of its benchmarks without an error), each marked with the facts of the check that measured it
+    (the earlier one's, or those it carried itself)."""
     if earlier is None:
         return {}, {}
     mark = {"carried": earlier["facts"]}
     same = lambda r: r.get("updates_planned") == (budget.updates if r["part"] == "a" else budget.deep_updates)
     runs = {
-        r["name"]: {**r, **mark}
+        r["name"]: {**mark, **r}
         for r in earlier["runs"]
         if "error" not in r and "not_run" not in r and (r["part"] == "b" or same(r))
     }
     benches = {
-        (part, b["precision"]): {**b, **mark}
+        (part, b["precision"]): {**mark, **b}
         for part, key in (("c", "throughput"), ("f", "decoding"))
         for b in earlier.get(key, [])
         if "error" not in b and "not_run" not in b
