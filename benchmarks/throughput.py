@@ -14,7 +14,8 @@ or another process says nothing about the arch), and each ratio is taken against
 baseline's in the same repetition; the median ratio and its spread (min-max) are
 printed, one line per arch, with the issue's target. Also the ratio of matmul FLOPs per
 step (exact, unlike the timings), the peak-memory ratio (CUDA: max allocated above what was
-allocated before the arch was built, over building it and its warm-up steps, in this process;
+allocated before the arch was built, over building it and its warm-up steps, in this process,
+after a throw-away step and with the allocator's cache emptied before each arch;
 CPU: peak RSS above the RSS before the model was built, in a fresh process per arch) and Admin's
 profiling time in updates. CPU by default; ``--device cuda --precision bf16``
 (or fp16) on a GPU. ``--json PATH`` also writes these numbers to PATH (what
@@ -261,10 +262,13 @@ def main(argv=None):
         (arch, fast) for arch in args.archs for fast in (False, True)[: 1 if args.no_fast else 2]
     ]
     cuda_memory = args.device == "cuda" and not args.no_memory
+    if cuda_memory:  # what one process allocates once (cuBLAS workspaces...) is charged to no arch
+        Bench(args, BASELINE).step()
     benches, memory = {}, {}
     for arch, fast in variants:
         if cuda_memory:  # what this arch adds to the allocations of those built before it
             torch.cuda.synchronize()
+            torch.cuda.empty_cache()  # every arch allocates from the same state: no cached blocks
             before = torch.cuda.memory_allocated()
             torch.cuda.reset_peak_memory_stats()
         bench = benches[label(arch, fast)] = Bench(args, arch, fast)

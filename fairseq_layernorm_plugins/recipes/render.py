@@ -476,7 +476,9 @@ def omega_rows(records, tolerance):
         if r["part"] != "a" or r["method"] != "admin":
             continue
         row = {"precision": r["precision"], "reference": reference and reference["name"]}
-        if reference is None or "admin_profile" not in r:
+        if "not_run" in r:
+            row["not_run"] = r["not_run"]
+        elif reference is None or "admin_profile" not in r:
             row["error"] = "no profile" if reference else "no fp32 reference profile"
         else:
             diffs = [
@@ -541,6 +543,9 @@ def check_report(report, tolerance):
             "|---|---|---|---|",
         ]
         for row in report["omegas"]:
+            if "not_run" in row:
+                lines.append(f"| {row['precision']} | | not run ({row['not_run']}) | |")
+                continue
             lines.append(
                 f"| {row['precision']} | {row.get('compared', '')} | {number(row.get('max_rel_diff'), 8) if 'error' not in row else row['error']} | "
                 f"{'yes' if row.get('equal') else '**no**'} |"

@@ -27,11 +27,13 @@ f. ``benchmarks/decoding.py`` on part a's Pre-LN model of each precision: beam-s
 
 Resumable: a run with results (``RUNS/<name>/check.json``) is not run again (``--force``
 reruns). A lease-sized machine finishes the check over several calls or machines:
-``--deadline M`` starts no run or benchmark after M minutes (those are reported "not run") and
+``--deadline M`` starts no run or benchmark after M minutes (those are reported "not run"; what
+runs then goes on to its end, and OUT's check.json and check.md are rewritten after each run and
+benchmark, so a machine taken back mid-way leaves what was done) and
 ``--carry OLD/check.json`` takes an earlier check's results as they are (runs of the same
 budget, benchmarks of each precision without an error), so that only what is missing runs:
 
-    python scripts/gpu/check.py --out gpu_check --carry docs/gpu/check.json --deadline 6 --jobs 8
+    python scripts/gpu/check.py --out gpu_check --carry docs/gpu/check.json --deadline 5 --jobs 8
 
 A carried run without BLEU stays without it (its checkpoints stayed on the other machine).
 
@@ -54,7 +56,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from fairseq_layernorm_plugins.atomic import write_json  # noqa: E402
+from fairseq_layernorm_plugins.atomic import write_json, write_text  # noqa: E402
 from fairseq_layernorm_plugins.methods import METHODS as REGISTRY  # noqa: E402
 from fairseq_layernorm_plugins.methods import method_names  # noqa: E402
 from fairseq_layernorm_plugins.recipes import experiment, render  # noqa: E402
@@ -160,8 +162,9 @@ def plan(parts, budget, methods):
     if "d" in parts:
         runs += [Run("d", m, budget.precisions[0], budget.deep_layers, budget.deep_updates) for m in DEEP]
     if "a" in parts or "b" in parts or "f" in parts:
-        # without part a: only the runs part b (Admin) and part f (Pre-LN) need
-        methods = methods if "a" in parts else [m for m, part in (("admin", "b"), ("preln", "f")) if part in parts]
+        # the runs part b (Admin) and part f (Pre-LN) need, whatever part a's methods
+        needed = [m for m, part in (("admin", "b"), ("preln", "f")) if part in parts]
+        methods = [m for m in METHODS if m in (methods if "a" in parts else []) or m in needed]
         runs += [Run("a", m, p, budget.layers, budget.updates) for m in methods for p in budget.precisions]
     if "b" in parts:
         runs.append(Run("b", "admin", "fp32", budget.layers, 1))
@@ -188,37 +191,39 @@ def run_recipe(run, budget):
     )
 
 
-def carried(earlier, budget):
-    """What an earlier check.json (``--carry``) measured and this one need not measure again:
-    ({run name: record} of its finished runs under the same budget, {(part, precision): benchmark}
-    of its benchmarks without an error), each marked with the facts of the check that measured it
-    (the earlier one's, or those it carried itself)."""
-    if earlier is None:
+def carried(earlier, budget, archs=(), parts=PARTS):
+    """What an earlier check.json (``--carry``) measured and this one need not measure again,
+    when it ran under the same budget (nothing otherwise): ({run name: record} of its finished
+    runs, {(part, precision): benchmark} of its benchmarks without an error, the throughput ones
+    only where they timed every arch of ``archs``), each marked with the facts of the check that
+    measured it (the earlier one's, or those it carried itself). A Pre-LN run of part a is not
+    carried while part f (of ``parts``) still has to decode with its checkpoint."""
+    if earlier is None or json.loads(json.dumps(asdict(budget))) != earlier["budget"]:
         return {}, {}
     mark = {"carried": earlier["facts"]}
-    same = lambda r: r.get("updates_planned") == (budget.updates if r["part"] == "a" else budget.deep_updates)
-    runs = {
-        r["name"]: {**mark, **r}
-        for r in earlier["runs"]
-        if "error" not in r and "not_run" not in r and (r["part"] == "b" or same(r))
-    }
+    complete = lambda part, b: part != "c" or set(archs) <= set(b["archs"])
     benches = {
         (part, b["precision"]): {**mark, **b}
         for part, key in (("c", "throughput"), ("f", "decoding"))
         for b in earlier.get(key, [])
-        if "error" not in b and "not_run" not in b
+        if "error" not in b and "not_run" not in b and complete(part, b)
     }
+    decoded = lambda r: (
+        "f" not in parts or r["method"] != "preln" or r["part"] != "a" or ("f", r["precision"]) in benches
+    )
+    runs = {r["name"]: {**mark, **r} for r in earlier["runs"] if "error" not in r and "not_run" not in r and decoded(r)}
     return runs, benches
 
 
 def train_run(run, args):
     """Part a, b or d: one run trained once (its record kept in RUNS/<name>/check.json; ``--force``
-    trains it again; a carried record is taken as it is); returns its record, or a "not_run" one
-    past the deadline."""
+    trains it again; without either, a carried record is taken as it is); returns its record, or
+    a "not_run" one past the deadline."""
     run_dir = Path(args.runs) / run.name
-    if run.name in args.carried_runs and not args.force:
+    here = (run_dir / "check.json").is_file() and not args.force
+    if run.name in args.carried_runs and not here and not args.force:
         return args.carried_runs[run.name]
-    if not (run_dir / "check.json").is_file() and not args.in_time():
+    if not here and not args.in_time():
         return {"name": run.name, "label": METHODS[run.method][2], **asdict(run), "not_run": "deadline"}
     profile = run_dir / "admin_profile.json"
     extra = ["--no-progress-bar", *METHODS[run.method][1]]
@@ -239,12 +244,14 @@ def train_run(run, args):
 
 
 def evaluate_run(record, args):
-    """Part e: BLEU of one trained run of part a or d (skipped when already scored, not run,
-    carried from another machine, or past the deadline)."""
-    skip = ("error", "bleu", "not_run", "carried")
-    if record["part"] != "b" and not any(key in record for key in skip) and args.in_time():
-        record |= experiment.test_scores(Path(args.runs) / record["name"], cpu=args.device == "cpu")
-        write_json(Path(args.runs) / record["name"] / "check.json", record)
+    """Part e: BLEU of one trained run of part a or d (skipped when already scored, not run or
+    carried from another machine; past the deadline, marked "bleu_not_run")."""
+    if record["part"] == "b" or any(key in record for key in ("error", "bleu", "not_run", "carried")):
+        return record
+    if not args.in_time():
+        return {**record, "bleu_not_run": "deadline"}
+    record |= experiment.test_scores(Path(args.runs) / record["name"], cpu=args.device == "cpu")
+    write_json(Path(args.runs) / record["name"] / "check.json", record)
     return record
 
 
@@ -330,25 +337,43 @@ def main(argv=None):
             earlier = json.loads(Path(args.carry).read_text())
         except (OSError, ValueError) as e:
             parser.exit(2, f"error: --carry {args.carry}: {e}\n")
-    args.carried_runs, args.carried_benches = carried(earlier, budget)
+    archs = [REGISTRY[name].model for name in methods if name in REGISTRY and name != "postln"]  # part c's
+    args.carried_runs, args.carried_benches = carried(earlier, budget, archs, args.parts)
     command = shlex.join([sys.executable, *sys.argv]) if argv is None else shlex.join(["scripts/gpu/check.py", *argv])
     facts = experiment.device_facts(args.device, ", dry run" if args.dry_run else "")
     report = {"facts": facts, "command": command, "budget": budget.__dict__, "runs": []}
-    if earlier:
+    if args.carried_runs or args.carried_benches:
         report["carried_from"] = [*earlier.get("carried_from", []), earlier["facts"]]
-    if "c" in args.parts:  # alone on the device: timings
-        archs = ["--archs", *(REGISTRY[name].model for name in methods if name in REGISTRY and name != "postln")]
-        report["throughput"] = [
-            benchmark("c", "throughput.py", p, args, *budget.bench, *archs) for p in budget.precisions
-        ]
+    out = Path(args.out)
     runs = plan(args.parts, budget, methods)
-    trained = dict(experiment.parallel(lambda run: train_run(run, args), runs, args.jobs))
+    trained = {}
+
+    def save(final=False):
+        """OUT/check.json and check.md as far as the check has come (a machine taken back mid-way
+        leaves them), and at the end check.png; returns the markdown."""
+        report["runs"] = [trained[run] for run in runs if run in trained]
+        report["sentences"] = next((r["sentences"] for r in report["runs"] if "sentences" in r), None)
+        if "b" in args.parts:
+            report["omegas"] = render.omega_rows(report["runs"], OMEGA_TOLERANCE)
+        report["minutes"] = (time.time() - start) / 60
+        write_json(out / "check.json", report)
+        if final:
+            return render.check_files(report, out, OMEGA_TOLERANCE, list(METHODS))
+        write_text(out / "check.md", render.check_report(report, OMEGA_TOLERANCE) + "\n")
+
+    if "c" in args.parts:  # alone on the device: timings
+        report["throughput"] = []
+        for p in budget.precisions:
+            report["throughput"].append(benchmark("c", "throughput.py", p, args, *budget.bench, "--archs", *archs))
+            save()
+    for run, record in experiment.parallel(lambda run: train_run(run, args), runs, args.jobs):
+        trained[run] = record
+        save()
     if "e" in args.parts:
-        trained = dict(experiment.parallel(lambda run: evaluate_run(trained[run], args), runs, args.jobs))
-    report["runs"] = records = [trained[run] for run in runs]
-    report["sentences"] = next((r["sentences"] for r in records if "sentences" in r), None)
-    if "b" in args.parts:
-        report["omegas"] = render.omega_rows(records, OMEGA_TOLERANCE)
+        for run, record in experiment.parallel(lambda run: evaluate_run(trained[run], args), runs, args.jobs):
+            trained[run] = record
+            save()
+    records = report["runs"]
     if "f" in args.parts:  # part a's Pre-LN model of each precision, after the training runs, alone on the device
         preln = {r.precision: Path(args.runs) / r.name for r in runs if r.part == "a" and r.method == "preln"}
         checkpoint = lambda p: preln[p] / "checkpoints" / "checkpoint_last.pt"
@@ -358,19 +383,20 @@ def main(argv=None):
             else {"precision": p, "device": args.device, "not_run": "no Pre-LN checkpoint on this machine"}
             for p in budget.precisions
         ]
-    report["minutes"] = (time.time() - start) / 60
-    out = Path(args.out)
-    write_json(out / "check.json", report)
-    print(render.check_files(report, out, OMEGA_TOLERANCE, list(METHODS)))
+    print(save(final=True))
     failed = [r["name"] for r in records if "error" in r] + [
         f"{part} {b['precision']}" for part in ("throughput", "decoding") for b in report.get(part, []) if "error" in b
     ]
-    not_run = [r["name"] for r in records if "not_run" in r] + [
-        f"{part} {b['precision']}"
-        for part in ("throughput", "decoding")
-        for b in report.get(part, [])
-        if "not_run" in b
-    ]
+    not_run = (
+        [r["name"] for r in records if "not_run" in r]
+        + [f"{r['name']} BLEU" for r in records if "bleu_not_run" in r]
+        + [
+            f"{part} {b['precision']}"
+            for part in ("throughput", "decoding")
+            for b in report.get(part, [])
+            if "not_run" in b
+        ]
+    )
     if failed:
         print(f"check: failed: {', '.join(failed)}", file=sys.stderr)
     if not_run:
