@@ -57,7 +57,8 @@ def test_size_variants_chain_to_fairseq_archs(tiny_data_bin, model, suffix):
     ARCH_FAMILIES[model](method_settings)
     expected = {"arch", "_name", "init_style", "fused_attention", "norm_type"} | set(vars(method_settings))
     # every plugin arch starts as its authors' models did (B2T's fork: fairseq 0.12's nn.Linear FFN)
-    assert ours["init_style"] == ("fairseq" if model == "transformer_b2t" else "paper")
+    # fairseq 0.12's where the authors' code builds its layers (B2T's fork, ResiDual's plugin)
+    assert ours["init_style"] == ("fairseq" if model in ("transformer_b2t", "transformer_residual") else "paper")
     assert ours["fused_attention"] is False  # fairseq's own attention path unless asked for
     assert ours["norm_type"] == "layernorm"
     if suffix == "_wmt_en_de_deep":

@@ -64,15 +64,16 @@ def test_method_initialisation_applies_on_top_of_the_style(tiny_data_bin):
 
 @pytest.mark.parametrize("model", sorted(ARCH_FAMILIES))
 def test_default_style_is_the_authors_own(tiny_data_bin, model):
-    """B2T's fork (takase/b2t_connection) builds fc1/fc2 as nn.Linear: fairseq 0.12's style, the
-    same parameters as asking for it; every other method's authors ran fairseq 0.8/0.9's."""
+    """B2T's fork (takase/b2t_connection) and ResiDual's plugin (microsoft/ResiDual, on fairseq
+    0.12.2) build fc1/fc2 as nn.Linear: fairseq 0.12's style, the same parameters as asking for
+    it; every other method: fairseq 0.8/0.9's, which the seed papers ran."""
     default, _, args = build(tiny_data_bin, model, *WIDE)
-    expected = "fairseq" if model == "transformer_b2t" else "paper"
+    expected = "fairseq" if model in ("transformer_b2t", "transformer_residual") else "paper"
     assert args.init_style == expected
     explicit, _, _ = build(tiny_data_bin, model, *WIDE, "--init-style", expected)
     for name, value in default.state_dict().items():
         assert torch.equal(value, explicit.state_dict()[name]), name
-    if model == "transformer_b2t":
+    if expected == "fairseq":
         fc1 = default.encoder.layers[0].fc1
         assert fc1.weight.var().item() == pytest.approx(1 / (3 * fc1.in_features), rel=0.1)
 

@@ -9,7 +9,8 @@ top of each stack:
 for every sub-layer i of the stack (self-attention, encoder attention, FFN), f_i after its
 dropout (the authors' code, microsoft/ResiDual ``resi_dual_layers.py`` / ``resi_dual.py``:
 ``res_input_norm_scale`` s = 1.0 by default, 0.05 in their 18L-18L fp16 config, ``alpha`` 1.0,
-the output LayerNorm with eps 1e-7; no new parameters, fairseq's initialisation).
+the output LayerNorm with eps 1e-7; no new parameters, fairseq 0.12's initialisation: the
+default ``--init-style fairseq``).
 ``--residual-dual-scale`` and ``--residual-alpha`` set s and alpha.
 
 The dual stream lives for one forward pass in a :class:`DualStream` the stack's layers and
@@ -135,6 +136,9 @@ class TransformerResiDualLanguageModel(ResiDualModel, PluginTransformerLanguageM
 
 def residual_defaults(args):
     """ResiDual (Xie et al. 2023): a Post-LN stream plus LN of the sum of every branch output."""
+    # the authors' plugin runs on fairseq 0.12.2's own layers (microsoft/ResiDual environment.yaml):
+    # fc1/fc2 and the q/k/v biases keep nn.Linear's default, fairseq 0.12's initialisation
+    args.init_style = getattr(args, "init_style", "fairseq")
     args.residual_dual_scale = getattr(args, "residual_dual_scale", None)
     args.residual_alpha = getattr(args, "residual_alpha", None)
 

@@ -1,13 +1,14 @@
 """``--init-style``: the initialisation the papers' numbers come from, or fairseq 0.12's.
 
-Every paper here ran on fairseq 0.8/0.9 (Transformer-Clinic, the T-Fixup and B2T forks;
+The seed papers ran on fairseq 0.8/0.9 (Transformer-Clinic, the T-Fixup and B2T forks;
 docs/fidelity.md), where the FFN's fc1/fc2 came from fairseq's ``Linear`` helper (Xavier-uniform
 weight, zero bias) and the attention input projections had zero biases. fairseq 0.12 builds
 fc1/fc2 with ``nn.Linear``'s default (weight and bias uniform +-1/sqrt(fan_in): for
 512 -> 1024 -> 512, half the Xavier variance in fc1 and a quarter in fc2, so the FFN branch
 starts ~8x smaller) and leaves the q/k/v biases at that default too.
 
-* ``paper`` (every plugin arch's default): fairseq 0.8/0.9's initialisation, as above;
+* ``paper`` (the default of every plugin arch but those whose authors' code builds fairseq 0.12's
+  layers: B2T's fork and ResiDual's plugin): fairseq 0.8/0.9's initialisation, as above;
 * ``fairseq``: fairseq 0.12's, exactly as its stock ``transformer`` is built.
 
 Attention weights (q/k/v Xavier gain 1/sqrt(2), out_proj gain 1, out_proj bias 0) and
