@@ -455,7 +455,7 @@ def _training_table(records, title):
             what = f"**failed**: {r['error']}" if "error" in r else f"not run ({r['not_run']})"
             lines.append(f"| {r['label']} | {r['precision']} | {r.get('updates', '')} | {what} | | | | | | | |")
             continue
-        scale = f"{number(r['loss_scale_min'], 4)} / {number(r['loss_scale_last'], 4)}" if r["loss_scale"] else "n/a"
+        scale = f"{r['loss_scale_min']:g} / {r['loss_scale_last']:g}" if r["loss_scale"] else "n/a"
         bleu = r.get("bleu", {})
         lines.append(
             f"| {r['label']}{' (carried)' if 'carried' in r else ''} | {r['precision']} | {r['updates']} | "
