@@ -150,6 +150,20 @@ def test_residual_adds_the_normalised_sum_of_every_branch_at_the_top(tiny_data_b
     assert encoder.layer_norm.norm.eps == 1e-7 and encoder.layer_norm.stream.total is None  # nothing kept
 
 
+def test_residual_with_every_layer_dropped_is_alpha_x0_plus_ln_of_s_x0(tiny_data_bin):
+    """LayerDrop may skip every layer of a stack (always, at p = 1): the output is then
+    alpha x_0 + LN(s x_0), as in the authors' code; and a pass cut short leaves no sum behind."""
+    flags = ("--residual-dual-scale", 0.05, "--residual-alpha", 0.8, "--encoder-layerdrop", 1.0, "--dropout", 0)
+    encoder = built(tiny_data_bin, "transformer_residual", *flags).encoder.train()  # LayerDrop drops in training
+    tokens = torch.tensor([[5, 6, 7, 8, 2], [9, 10, 11, 2, 1]])
+    with torch.no_grad():
+        x0 = encoder.forward_embedding(tokens)[0].transpose(0, 1)
+        expected = 0.8 * x0 + encoder.layer_norm.norm(0.05 * x0)
+        encoder.layer_norm.stream.total = torch.full_like(x0, 7.0)  # what an interrupted pass would leave
+        out = encoder(tokens, src_lengths=torch.tensor([5, 4]))["encoder_out"][0]
+    torch.testing.assert_close(out, expected)
+
+
 def assert_decodes_incrementally_as_in_one_pass(model):
     """Step-by-step decoding (fairseq's incremental state) gives the one-pass outputs."""
     src, prev = torch.tensor([[5, 6, 7, 2]]), torch.tensor([[2, 8, 9, 10]])

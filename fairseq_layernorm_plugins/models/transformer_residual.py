@@ -35,9 +35,16 @@ from fairseq_layernorm_plugins.modules import (
 
 
 class DualStream:
-    """One stack's dual stream d during a forward pass: (T, B, C), or None between passes."""
+    """One stack's dual stream d during a forward pass: (T, B, C), or None between passes; its
+    scale s (``--residual-dual-scale``)."""
 
-    def __init__(self):
+    def __init__(self, scale):
+        self.total = None
+        self.scale = scale
+
+    def restart(self, stack, inputs):
+        """Forward pre-hook of the stack: a pass starts with no sum (one cut short by an exception
+        leaves nothing behind, even where LayerDrop then skips the stack's first layer)."""
         self.total = None
 
 
@@ -54,6 +61,8 @@ class DualOutput(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         dual, self.stream.total = self.stream.total, None
+        if dual is None:  # LayerDrop dropped every layer: x is x_0, and d = s * x_0
+            dual = x * self.stream.scale
         return self.alpha * x + self.norm(dual)  # Xie et al. 2023: x_L + LN(x_d)
 
 
@@ -62,14 +71,14 @@ class ResiDualLayerMixin(SublayerResidualMixin):
 
     def method_init_(self, cfg, stack):
         super().method_init_(cfg, stack)
-        self.dual_scale = getattr(cfg, "residual_dual_scale", None) or 1.0
         self.first_in_stack = False
         self.stream = None  # the stack's DualStream (init_stack_)
 
     @classmethod
     def init_stack_(cls, stack_module, cfg, stack):
         super().init_stack_(stack_module, cfg, stack)
-        stream = DualStream()
+        stream = DualStream(getattr(cfg, "residual_dual_scale", None) or 1.0)
+        stack_module.register_forward_pre_hook(stream.restart)  # not where generation calls forward()
         layers = stack_layers(stack_module)
         for index, layer in enumerate(layers):
             layer.stream, layer.first_in_stack = stream, index == 0
@@ -79,8 +88,8 @@ class ResiDualLayerMixin(SublayerResidualMixin):
     def combine(self, x: Tensor, residual: Tensor, sublayer: int) -> Tensor:
         """x: the branch output f_i (T, B, C), residual: x_{i-1} (T, B, C)."""
         if sublayer == 1 and (self.first_in_stack or self.stream.total is None):  # None: LayerDrop skipped layer 0
-            self.stream.total = residual * self.dual_scale  # d_0 = s * x_0
-        self.stream.total = self.stream.total + x * self.dual_scale  # d_i = d_{i-1} + s * f_i
+            self.stream.total = residual * self.stream.scale  # d_0 = s * x_0
+        self.stream.total = self.stream.total + x * self.stream.scale  # d_i = d_{i-1} + s * f_i
         return residual + x  # then the layer's own LayerNorm (Post-LN)
 
 
