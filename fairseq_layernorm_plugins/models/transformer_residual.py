@@ -43,8 +43,10 @@ class DualStream:
         self.scale = scale
 
     def restart(self, stack, inputs):
-        """Forward pre-hook of the stack: a pass starts with no sum (one cut short by an exception
-        leaves nothing behind, even where LayerDrop then skips the stack's first layer)."""
+        """Forward pre-hook of the stack: a pass starts with no sum, so the first layer that runs
+        (LayerDrop may skip the first ones) starts it, and a pass cut short by an exception leaves
+        nothing behind. Generation calls the stacks' ``forward`` without the hook; there every pass
+        before has ended in :class:`DualOutput`, which takes the sum."""
         self.total = None
 
 
@@ -71,23 +73,21 @@ class ResiDualLayerMixin(SublayerResidualMixin):
 
     def method_init_(self, cfg, stack):
         super().method_init_(cfg, stack)
-        self.first_in_stack = False
         self.stream = None  # the stack's DualStream (init_stack_)
 
     @classmethod
     def init_stack_(cls, stack_module, cfg, stack):
         super().init_stack_(stack_module, cfg, stack)
         stream = DualStream(getattr(cfg, "residual_dual_scale", None) or 1.0)
-        stack_module.register_forward_pre_hook(stream.restart)  # not where generation calls forward()
-        layers = stack_layers(stack_module)
-        for index, layer in enumerate(layers):
-            layer.stream, layer.first_in_stack = stream, index == 0
+        stack_module.register_forward_pre_hook(stream.restart)
+        for layer in stack_layers(stack_module):
+            layer.stream = stream
         alpha = getattr(cfg, "residual_alpha", None) or 1.0
         stack_module.layer_norm = DualOutput(stack.embed_dim, stream, alpha)
 
     def combine(self, x: Tensor, residual: Tensor, sublayer: int) -> Tensor:
         """x: the branch output f_i (T, B, C), residual: x_{i-1} (T, B, C)."""
-        if sublayer == 1 and (self.first_in_stack or self.stream.total is None):  # None: LayerDrop skipped layer 0
+        if sublayer == 1 and self.stream.total is None:  # the first layer of this pass to run
             self.stream.total = residual * self.stream.scale  # d_0 = s * x_0
         self.stream.total = self.stream.total + x * self.stream.scale  # d_i = d_{i-1} + s * f_i
         return residual + x  # then the layer's own LayerNorm (Post-LN)
