@@ -223,11 +223,17 @@ def test_check_methods_default_to_every_recipe_and_the_papers_six_on_a_dry_run()
 def test_check_leaves_what_it_measured_when_stopped_mid_way(check_data, tmp_path, monkeypatch):
     """OUT/check.json and check.md are rewritten after each finished run: a machine taken back
     after the first of two runs leaves that run's record."""
-    measured = json.loads((REPO / "docs" / "gpu" / "check.json").read_text())["runs"][0]
+    log = [{"update": u, "loss": 11.0 - u / 4, "loss_scale": 128.0, "wps": 900.0} for u in range(1, 9)]
+    measured = {"train": log, "valid": [{"loss": 9.0}], "end": {"update": 8}}
     runs = tmp_path / "runs"
     for method in ("preln", "admin"):  # finished earlier: read, not trained
         run = check.Run("a", method, "fp16", 2, 8)
-        record = {**measured, **check.asdict(run), "name": run.name, "label": check.METHODS[method][2]}
+        record = {
+            **training_summary(measured),
+            **check.asdict(run),
+            "name": run.name,
+            "label": check.METHODS[method][2],
+        }
         (runs / run.name).mkdir(parents=True)
         (runs / run.name / "check.json").write_text(json.dumps(record))
 

@@ -502,9 +502,18 @@ def _machine(facts):
     return f"{facts['date']}, {facts['device']} (torch {facts['torch']})"
 
 
-def _carried(bench):
-    """The line saying a benchmark's numbers come from an earlier check."""
-    return f"Carried from the check of {_machine(bench['carried'])}.\n"
+def _benchmark_head(title, bench):
+    """A part c or f benchmark's heading, then its command and whether it was not run, failed or
+    carried; (lines, whether its numbers follow)."""
+    lines = [f"### {title}, {bench['precision']} ({bench['device']})", ""]
+    if "not_run" in bench:
+        return lines + [f"not run ({bench['not_run']})", ""], False
+    lines += [f"    {bench['command']}", ""]
+    if "error" in bench:
+        return lines + [f"**failed**: {bench['error']}", ""], False
+    if "carried" in bench:
+        lines += [f"Carried from the check of {_machine(bench['carried'])}.", ""]
+    return lines, True
 
 
 def check_report(report, tolerance):
@@ -552,18 +561,10 @@ def check_report(report, tolerance):
             )
         lines += ["", f"Equal means within {tolerance:g} relative.", ""]
     for bench in report.get("throughput", []):
-        lines += [
-            f"### c. Throughput vs fairseq `transformer`, {bench['precision']} ({bench['device']})",
-            "",
-        ]
-        if "not_run" in bench:
-            lines += [f"not run ({bench['not_run']})", ""]
+        head, measured = _benchmark_head("c. Throughput vs fairseq `transformer`", bench)
+        lines += head
+        if not measured:
             continue
-        lines += [f"    {bench['command']}", ""]
-        if "error" in bench:
-            lines += [f"**failed**: {bench['error']}", ""]
-            continue
-        lines += [_carried(bench)] if "carried" in bench else []
         lines += [
             f"Baseline: {bench.get('baseline_wps', '?')} words/s.",
             "",
@@ -576,15 +577,10 @@ def check_report(report, tolerance):
             )
         lines.append("")
     for bench in report.get("decoding", []):
-        lines += [f"### f. Beam search with `--fused-attention`, {bench['precision']} ({bench['device']})", ""]
-        if "not_run" in bench:
-            lines += [f"not run ({bench['not_run']})", ""]
+        head, measured = _benchmark_head("f. Beam search with `--fused-attention`", bench)
+        lines += head
+        if not measured:
             continue
-        lines += [f"    {bench['command']}", ""]
-        if "error" in bench:
-            lines += [f"**failed**: {bench['error']}", ""]
-            continue
-        lines += [_carried(bench)] if "carried" in bench else []
         lines += [
             f"fairseq's attention: {bench['stock_sentences_per_s']:.1f} sentences/s; `--fused-attention`: "
             f"speed ratio {bench['speed_ratio']:.3f} (spread {bench['spread'][0]:.3f}-{bench['spread'][1]:.3f}); "

@@ -220,10 +220,10 @@ def train_run(run, args):
     trains it again; without either, a carried record is taken as it is); returns its record, or
     a "not_run" one past the deadline."""
     run_dir = Path(args.runs) / run.name
-    here = (run_dir / "check.json").is_file() and not args.force
-    if run.name in args.carried_runs and not here and not args.force:
+    to_train = args.force or not (run_dir / "check.json").is_file()
+    if to_train and not args.force and run.name in args.carried_runs:
         return args.carried_runs[run.name]
-    if not here and not args.in_time():
+    if to_train and not args.in_time():
         return {"name": run.name, "label": METHODS[run.method][2], **asdict(run), "not_run": "deadline"}
     profile = run_dir / "admin_profile.json"
     extra = ["--no-progress-bar", *METHODS[run.method][1]]
@@ -384,19 +384,12 @@ def main(argv=None):
             for p in budget.precisions
         ]
     print(save(final=True))
-    failed = [r["name"] for r in records if "error" in r] + [
-        f"{part} {b['precision']}" for part in ("throughput", "decoding") for b in report.get(part, []) if "error" in b
+    entries = [(r["name"], r) for r in records] + [
+        (f"{part} {b['precision']}", b) for part in ("throughput", "decoding") for b in report.get(part, [])
     ]
-    not_run = (
-        [r["name"] for r in records if "not_run" in r]
-        + [f"{r['name']} BLEU" for r in records if "bleu_not_run" in r]
-        + [
-            f"{part} {b['precision']}"
-            for part in ("throughput", "decoding")
-            for b in report.get(part, [])
-            if "not_run" in b
-        ]
-    )
+    failed = [name for name, entry in entries if "error" in entry]
+    not_run = [name for name, entry in entries if "not_run" in entry]
+    not_run += [f"{r['name']} BLEU" for r in records if "bleu_not_run" in r]
     if failed:
         print(f"check: failed: {', '.join(failed)}", file=sys.stderr)
     if not_run:
