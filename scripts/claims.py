@@ -26,7 +26,8 @@ Writes OUT.json (per run: spec, status, validation curve, final numbers), OUT.md
 command) and OUT.png (validation BLEU and loss against updates). Resumable: finished runs are
 kept in OUT.json, an interrupted run resumes from its checkpoint_last.pt, and a run whose
 spec (or the budget) changed is trained again from scratch (an option set to fairseq's own
-default is no change: ``recipes.specs``), except that a run given more
+default is no change; a default its architecture fills in is recorded, and a changed one is a
+change: ``recipes.specs``), except that a run given more
 ``--updates`` (with another ``--out``: OUT.json keeps one budget) goes on from where it ended,
 the schedule being the same for any budget.
 

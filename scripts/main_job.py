@@ -30,7 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-from fairseq_layernorm_plugins.recipes import experiment
+from fairseq_layernorm_plugins.recipes import experiment, specs
 from fairseq_layernorm_plugins.recipes.experiment import REPO, SHARED
 
 # corpus: (recipe directory, default data directory, minutes per method, updates per method,
@@ -95,7 +95,7 @@ def run_deep(method, args):
 
     recipe = deep_recipe(method, args)
     run = run_dir(args.runs, recipe, args.seed)
-    spec = {"fairseq": recipe.fairseq, "budget": {"updates": args.depth_updates}, "seed": args.seed}
+    spec = specs.recorded({"fairseq": recipe.fairseq, "budget": {"updates": args.depth_updates}, "seed": args.seed})
     if args.force:
         shutil.rmtree(run, ignore_errors=True)
     experiment.open_run_dir(run, spec, f"{method} {args.depth}")

@@ -14,7 +14,9 @@ at most), otherwise "trained". Writes OUT.json (per cell: status, final validati
 
 Resumable: cells already in OUT.json are kept, so further invocations add cells to the same
 grid; OUT.json records the budget (updates, tokens, width, seed, test lines) and a run with
-another budget is refused. ``--jobs N`` trains N cells at once with cores / N threads each
+another budget is refused. Each cell records its spec (fairseq options and the defaults its
+architecture filled in: ``recipes.specs``); a cell whose recipe or architecture defaults have
+changed since is made again. ``--jobs N`` trains N cells at once with cores / N threads each
 (two single-thread cells on 2 cores take as long per cell as one two-thread cell).
 """
 
@@ -23,7 +25,7 @@ import shutil
 import time
 from pathlib import Path
 
-from fairseq_layernorm_plugins.recipes import experiment, render
+from fairseq_layernorm_plugins.recipes import experiment, render, specs
 from fairseq_layernorm_plugins.recipes.curves import unigram_bits
 from fairseq_layernorm_plugins.recipes.experiment import REPO
 
@@ -57,6 +59,21 @@ def cell_recipe(method, depth, lr, warmup, updates, width, max_tokens, optimizer
     )
 
 
+def cell_spec(cell, args):
+    """What decides a cell's outcome beyond the grid's budget: its fairseq options and its
+    architecture's defaults (``specs.recorded``)."""
+    method, depth, lr, warmup = cell
+    recipe = cell_recipe(method, depth, lr, warmup, args.updates, args.width, args.max_tokens, args.optimizer)
+    return specs.recorded({"fairseq": recipe.fairseq})
+
+
+def kept_cells(records, args):
+    """{cell: record} of the cells of OUT.json made as ``args`` would make them now (same options
+    and architecture defaults; a cell recorded before cells recorded them is kept)."""
+    cells = {(c["method"], c["depth"], c["lr"], c["warmup"]): c for c in records}
+    return {key: c for key, c in cells.items() if "spec" not in c or specs.same_run(c["spec"], cell_spec(key, args))}
+
+
 def run_cell(cell, args):
     """Train and test one cell (method, depth, lr, warm-up) afresh; returns its record for OUT.json."""
     method, depth, lr, warmup = cell
@@ -65,7 +82,7 @@ def run_cell(cell, args):
     shutil.rmtree(run_dir, ignore_errors=True)  # a cell not in OUT.json was interrupted: start it afresh
     extra = ["--no-epoch-checkpoints", "--validate-interval-updates", str(args.updates), "--no-progress-bar"]
     outcome = experiment.train_and_test(recipe, run_dir, args.data, args.seed, extra, bleu="tokenized")
-    record = {"method": method, "depth": depth, "lr": lr, "warmup": warmup}
+    record = {"method": method, "depth": depth, "lr": lr, "warmup": warmup, "spec": cell_spec(cell, args)}
     record.update({"error": outcome.error} if outcome.error else {})
     return record | {
         "status": outcome.status(unigram_bits(args.data)),
@@ -119,8 +136,8 @@ def main():
     command = experiment.command_line("scripts/stability_grid.py")
     # grids made before --optimizer existed: Adam
     results = experiment.Results(f"{args.out}.json", budget, command, "cells", earlier={"optimizer": "adam"})
-    done = {(c["method"], c["depth"], c["lr"], c["warmup"]): c for c in results.records}
     keys = [(m, d, lr, w) for d in args.depths for w in args.warmups for lr in args.lrs for m in args.methods]
+    done = kept_cells(results.records, args)
     todo = sorted((key for key in keys if key not in done), key=lambda key: -int(key[1].split("L")[0]))  # deepest first
     print(
         f"{len(keys) - len(todo)} of {len(keys)} cells already in {results.path}; running {len(todo)} with {args.jobs} at once",

@@ -7,6 +7,7 @@ import threading
 import time
 
 import pytest
+from conftest import REPO
 
 from fairseq_layernorm_plugins.recipes import curves, experiment
 from fairseq_layernorm_plugins.recipes.curves import first_error
@@ -163,6 +164,52 @@ def test_a_fairseq_default_written_out_is_the_same_run(tmp_path, capsys):
         assert not specs.same_run(plain, other), (group, option)
     assert specs.fairseq_defaults("optimization")["lr"] == [0.25] and specs.fairseq_defaults("model") == {}
     assert specs.fairseq_defaults("optimizer", "no_such_optimizer") == {}
+
+
+def test_an_architecture_default_is_recorded_and_a_change_to_it_trains_again(tmp_path, monkeypatch, capsys):
+    """A run records the options its arch function filled in, as fairseq-train resolves them
+    (checked against fairseq's own parser); writing one out is no change, changing the arch's
+    default is one (the run trains again), and a spec recorded before runs recorded them is
+    compared on its written options."""
+    from fairseq import options
+    from fairseq.models import ARCH_CONFIG_REGISTRY
+
+    from fairseq_layernorm_plugins.recipes import specs
+
+    arch = "transformer_residual_iwslt_de_en"
+    written = spec(4)
+    written["fairseq"]["model"] = {"_name": arch, "encoder_layers": 2, "dropout": 0.2}
+    before = specs.recorded(written)
+    filled = before["arch_defaults"]
+    assert filled["init_style"] == "fairseq" and "encoder_layers" not in filled and "dropout" not in filled
+    parser = options.get_training_parser()
+    cli = ["data", "--user-dir", str(REPO / "fairseq_layernorm_plugins"), "--arch", arch, "--encoder-layers", "2"]
+    parsed = vars(options.parse_args_and_arch(parser, [*cli, "--dropout", "0.2"]))
+    for key, value in filled.items():
+        assert json.loads(json.dumps(parsed[key], default=str)) == value, key
+    assert parsed["encoder_layers"] == 2 and filled["decoder_layers"] == 6
+
+    spelled = json.loads(json.dumps(written))
+    spelled["fairseq"]["model"]["init_style"] = "fairseq"  # the arch's default, written out
+    assert specs.same_run(before, specs.recorded(spelled))
+    assert specs.same_run(written, before)  # recorded before arch defaults were: its written options
+    run_dir = tmp_path / "r"
+    experiment.open_run_dir(run_dir, before, "r")
+    (run_dir / "train.log").write_text("kept")
+
+    resolve = ARCH_CONFIG_REGISTRY[arch]
+
+    def paper_init(args):  # the same arch with another default
+        args.init_style = getattr(args, "init_style", "paper")
+        resolve(args)
+
+    monkeypatch.setitem(ARCH_CONFIG_REGISTRY, arch, paper_init)
+    after = specs.recorded(written)
+    assert after["arch_defaults"] == filled | {"init_style": "paper"}
+    assert not specs.same_run(before, after) and specs.same_run(specs.recorded(spelled), before)
+    experiment.open_run_dir(run_dir, after, "r")
+    assert "spec changed" in capsys.readouterr().out and not (run_dir / "train.log").exists()
+    assert specs.recorded(spec(4)) == spec(4) and specs.arch_defaults({"_name": "no_such_arch"}) == {}
 
 
 def test_results_file_keeps_its_budget_and_the_commands_that_made_it(tmp_path, monkeypatch, capsys):

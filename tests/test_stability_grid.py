@@ -96,3 +96,30 @@ def test_cell_optimizer(optimizer):
     recipe = stability_grid.cell_recipe("admin", "18L-18L", 1e-3, 0, 300, 64, 1024, optimizer)
     assert recipe.fairseq["optimizer"] == {"_name": optimizer, "adam_betas": "(0.9, 0.98)", "weight_decay": 0.0001}
     assert recipe.fairseq["lr_scheduler"] == {"_name": "fixed"}  # no warm-up: constant lr
+
+
+def test_a_cell_made_with_other_options_or_arch_defaults_is_made_again():
+    """OUT.json's cells are kept only where their recorded spec is the one the grid would make
+    now: another fairseq option or another architecture default makes the cell again; a cell
+    recorded before cells recorded a spec is kept."""
+    import argparse
+
+    args = argparse.Namespace(updates=3, width=16, max_tokens=512, optimizer="adam")
+    cells = [
+        ("preln", "2L-2L", 1e-3, 0),
+        ("postln", "2L-2L", 1e-3, 60),
+        ("admin", "2L-2L", 1e-3, 0),
+        ("b2t", "2L-2L", 2e-3, 0),
+    ]
+    records = [dict(zip(("method", "depth", "lr", "warmup"), cell, strict=True)) for cell in cells]
+    current = stability_grid.cell_spec(cells[0], args)
+    assert current["arch_defaults"]["encoder_normalize_before"] is True  # Pre-LN, filled in by its arch
+    records[0]["spec"] = current
+    records[1]["spec"] = stability_grid.cell_spec(cells[1], args)
+    changed_default = json.loads(json.dumps(stability_grid.cell_spec(cells[2], args)))
+    changed_default["arch_defaults"]["init_style"] = "fairseq"
+    records[2]["spec"] = changed_default
+    kept = stability_grid.kept_cells(records, args)
+    assert set(kept) == {cells[0], cells[1], cells[3]}  # the last: no spec recorded
+    other_width = stability_grid.kept_cells(records, argparse.Namespace(**{**vars(args), "width": 32}))
+    assert set(other_width) == {cells[3]}

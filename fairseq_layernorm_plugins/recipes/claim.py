@@ -13,7 +13,7 @@ language model's test perplexity), updates and training time. ``args`` below are
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from fairseq_layernorm_plugins.recipes import experiment
+from fairseq_layernorm_plugins.recipes import experiment, specs
 from fairseq_layernorm_plugins.recipes.curves import unigram_bits
 
 LANGUAGE_MODEL_CORPORA = ("wikitext2",)
@@ -108,11 +108,12 @@ def precision(args):
 def run_spec(claim, run, args):
     """(Recipe, spec): the spec is everything that decides the run's outcome (the run, its claim's
     settings and the budget, the fairseq options, a precision other than fp32); a run made with
-    another spec is trained again."""
+    another spec is trained again (with its architecture's defaults recorded: ``specs.recorded``)."""
     recipe = run_recipe(claim, run, args)  # its fairseq options hold the claim's depth, width, lr and schedule
     fields = {key: value for key, value in asdict(run).items() if key != "depth" or value}  # as before depth existed
     spec = {"run": fields, "claim": args.claim, "budget": budget(args), "fairseq": recipe.fairseq}
-    return recipe, spec | ({"precision": precision(args)} if precision(args) != "fp32" else {})
+    spec |= {"precision": precision(args)} if precision(args) != "fp32" else {}
+    return recipe, specs.recorded(spec)
 
 
 def train_run(claim, run, args):

@@ -7,12 +7,16 @@ without it nor shows up as a difference between two runs.
 Defaults are fairseq's dataclass defaults: the top-level groups of ``FairseqConfig``
 (``common``, ``optimization``, ``dataset``, ``checkpoint``, ...) and, for the groups named by
 ``_name`` (``task``, ``criterion``, ``optimizer``, ``lr_scheduler``), the registered
-component's dataclass. Model options are kept as written: a model's defaults are set by its
-architecture function, not by a dataclass.
+component's dataclass. A model's defaults are set by its architecture function, not by a
+dataclass: :func:`recorded` writes the ones it filled in beside the spec ("arch_defaults"),
+so that a run trained before an architecture's default changed is told from one trained
+after, and an option written out as its architecture's default is the option left unset.
 """
 
+import argparse
 import dataclasses
 import functools
+import json
 
 NAMED = {  # spec group: fairseq's registry of its components' dataclasses
     "task": ("fairseq.tasks", "TASK_DATACLASS_REGISTRY"),
@@ -96,7 +100,50 @@ def without_defaults(spec):
     return {**spec, "fairseq": options}
 
 
+def arch_defaults(model):
+    """{option: value} that the architecture function of ``model`` (a spec's model group,
+    {"_name": arch, option: value}) fills in for the options it leaves unset, as fairseq-train
+    calls it (``ARCH_CONFIG_REGISTRY``, on the options as a Namespace); in JSON's types (a
+    tuple is a list), as a spec read back has them. {} for a name that is no architecture."""
+    from fairseq.models import ARCH_CONFIG_REGISTRY
+
+    import fairseq_layernorm_plugins  # noqa: F401  (registers the plugin's archs)
+
+    arch = ARCH_CONFIG_REGISTRY.get(model.get("_name"))
+    if arch is None:
+        return {}
+    written = {key: value for key, value in model.items() if key != "_name"}
+    args = argparse.Namespace(**written)
+    arch(args)
+    filled = {key: value for key, value in vars(args).items() if key not in written}
+    return json.loads(json.dumps(filled, default=str))
+
+
+def recorded(spec):
+    """``spec`` as a run records it: with its architecture's defaults ("arch_defaults",
+    :func:`arch_defaults`) when it names one."""
+    model = spec.get("fairseq", {}).get("model", {})
+    return {**spec, "arch_defaults": arch_defaults(model)} if "_name" in model else spec
+
+
+def _compared(spec, with_arch):
+    """``spec`` without fairseq's defaults; with its model group completed by its recorded
+    architecture defaults (``with_arch``), or, for comparing with a spec recorded without
+    them, as written."""
+    spec = without_defaults(spec)
+    spec, filled = {key: value for key, value in spec.items() if key != "arch_defaults"}, spec.get("arch_defaults")
+    if with_arch and filled:
+        spec["fairseq"] = {**spec["fairseq"], "model": {**filled, **spec["fairseq"]["model"]}}
+    return spec
+
+
 def same_run(a, b):
-    """Whether specs ``a`` and ``b`` train the same run (their options equal but for those
-    set to fairseq's defaults)."""
-    return a == b or without_defaults(a) == without_defaults(b)
+    """Whether specs ``a`` and ``b`` train the same run: their options equal but for those
+    set to fairseq's defaults, their architectures' defaults equal too where both recorded
+    them (a spec recorded before runs recorded them is compared on its written options)."""
+    if a == b:
+        return True
+    if not (isinstance(a, dict) and isinstance(b, dict)):
+        return False
+    with_arch = "arch_defaults" in a and "arch_defaults" in b
+    return _compared(a, with_arch) == _compared(b, with_arch)
