@@ -387,13 +387,28 @@ def test_seeds_are_compared_run_by_run_and_paired_by_seed(tmp_path, monkeypatch)
         "4.000 ± 0.000",
         "1.00 ± 0.00",
         "",
+        "",
         " |",
     ]
-    # preln minus postln, paired by seed: +3, +3, 0
+    # preln minus postln, paired by seed: test BLEU +3, +3, 0; valid NLL -0.5, -1, 0
     assert rows["preln no warm-up"][:2] == ["1, 2, 3", "30.00, 31.00, 29.00"]
     assert rows["preln no warm-up"][3] == "3.500 ± 0.500"
-    assert rows["preln no warm-up"][5:] == ["+3.00, +3.00, +0.00", "+2.00 ± 1.73 |"]
+    assert rows["preln no warm-up"][5:] == ["+3.00, +3.00, +0.00", "+2.00 ± 1.73", "-0.500 ± 0.500 |"]
+    assert "| final valid NLL |" in markdown and "valid NLL − postln warm-up |" in markdown
     assert (tmp_path / "toy-seeds.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    # trained to convergence: each run is scored by its best checkpoint, not its last validation
+    for name, seed, nll in (("toy", 1, 3.5), ("toy-seed2", 2, 3.0), ("toy-seed3", 3, 4.0)):
+        converged = seed_record("preln no warm-up", "preln", 30.0, nll)
+        converged["valid"] += [{"update": 6, "nll": nll + 0.25, "bleu": 0.5}]  # past its best
+        converged |= {"best_update": 4, "stopped_early": True}
+        baseline = seed_record("postln warm-up", "postln", 28.0, 4.0) | {"best_update": 4, "stopped_early": True}
+        results(name, seed, baseline, converged)
+    markdown = render.claim_seeds_report("toy", TOY, first)
+    rows = {line.split(" | ")[0][2:]: line.split(" | ")[1:] for line in markdown.splitlines() if line.startswith("| p")}
+    assert "| best-checkpoint valid NLL | best-checkpoint valid BLEU |" in markdown
+    assert rows["preln no warm-up"][3:5] == ["3.500 ± 0.500", "1.00 ± 0.00"]
+    assert rows["preln no warm-up"][-1] == "-0.500 ± 0.500 |"
 
 
 def test_init_style_option_overrides_the_claims_initialisation_and_has_its_own_run_directory(tmp_path):

@@ -140,9 +140,10 @@ def claim_report(claim_name, claim, records, commands, out, unigram):
         f"entropy of the training targets ({unigram:.2f} bits). Initialisation (`--init-style`): {', '.join(inits)}. "
         f"Precision: {', '.join(precisions)}.",
         "",
-        *(converged_note(records) if any("stopped_early" in r for r in records) else []),
+        *(converged_note(records) if converged(records) else []),
         *extended_note(records),
-        "| run | optimizer | warm-up | status | final valid NLL | final valid BLEU | best valid BLEU | "
+        f"| run | optimizer | warm-up | status | {scored_name(records)} valid NLL | {scored_name(records)} valid BLEU | "
+        "best valid BLEU | "
         + (
             f"updates to {target:.1f} valid BLEU ({claim.baseline})"
             if base
@@ -153,7 +154,7 @@ def claim_report(claim_name, claim, records, commands, out, unigram):
         "|---|---|---|---|---|---|---|---|---|" + ("---|" if fp16 else ""),
     ]
     for r in records:
-        last = r["valid"][-1] if r["valid"] else {"nll": float("nan"), "bleu": None}
+        last = scored_validation(r)
         best = max((v["bleu"] for v in r["valid"] if v["bleu"] is not None), default=None)
         reach = "n/a (not run)" if not base else first_update_reaching(r, target) or "not reached"
         lines.append(
@@ -198,33 +199,38 @@ def claim_seeds_report(claim_name, claim, first):
     }
     table = {label: seeds for label, seeds in table.items() if len(seeds) > 1}
     base = table.get(claim.baseline, {})
+    scored = scored_name([r for seeds in table.values() for r in seeds.values()])
     lines = [
         f"### {claim_name} over seeds: {claim.paper}",
         "",
         f"Each run as in {Path(first).name}.md, trained again with other `--seed`s (initialisation, dropout and "
-        f"data order). Mean ± sample standard deviation over seeds; the difference from {claim.baseline} is "
+        f"data order). Mean ± sample standard deviation over seeds; the differences from {claim.baseline} are "
         "paired by seed.",
         "",
-        "| run | seeds | test BLEU per seed | test BLEU | final valid NLL | final valid BLEU | "
-        f"test BLEU − {claim.baseline}, per seed | mean difference |",
-        "|---|---|---|---|---|---|---|---|",
+        f"| run | seeds | test BLEU per seed | test BLEU | {scored} valid NLL | {scored} valid BLEU | "
+        f"test BLEU − {claim.baseline}, per seed | mean difference | valid NLL − {claim.baseline} |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for label, seeds in table.items():
-        final = [r["valid"][-1] if r["valid"] else {"nll": float("nan"), "bleu": None} for r in seeds.values()]
+        final = {seed: scored_validation(r) for seed, r in seeds.items()}
         diffs = [r["test_bleu"] - base[seed]["test_bleu"] for seed, r in seeds.items() if seed in base]
+        nll_diffs = [final[seed]["nll"] - scored_validation(base[seed])["nll"] for seed in seeds if seed in base]
         paired = label != claim.baseline and len(diffs) > 1
         per_seed = ", ".join(f"{r['test_bleu']:.2f}" for r in seeds.values())
         lines.append(
             f"| {label} | {', '.join(map(str, seeds))} | {per_seed} | "
-            f"{_spread([r['test_bleu'] for r in seeds.values()])} | {_spread([f['nll'] for f in final], 3)} | "
-            f"{_spread([f['bleu'] or 0.0 for f in final])} | "
-            f"{', '.join(f'{d:+.2f}' for d in diffs) if paired else ''} | {_spread(diffs, sign=True) if paired else ''} |"
+            f"{_spread([r['test_bleu'] for r in seeds.values()])} | {_spread([f['nll'] for f in final.values()], 3)} | "
+            f"{_spread([f['bleu'] or 0.0 for f in final.values()])} | "
+            f"{', '.join(f'{d:+.2f}' for d in diffs) if paired else ''} | {_spread(diffs, sign=True) if paired else ''} | "
+            f"{_spread(nll_diffs, 3, sign=True) if paired else ''} |"
         )
 
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
     for ax, value, name in zip(
-        axes, (lambda r: r["test_bleu"], lambda r: r["valid"][-1]["nll"]), ("test BLEU", "final validation NLL (bits)")
+        axes,
+        (lambda r: r["test_bleu"], lambda r: scored_validation(r)["nll"]),
+        ("test BLEU", f"{scored} validation NLL (bits)"),
     ):
         for x, seeds in enumerate(table.values()):
             values = [value(r) for r in seeds.values() if r["valid"]]
@@ -310,6 +316,27 @@ def precision_report(claim_name, claim, records, other, out):
     if ax_scale.has_data():
         ax_scale.legend(fontsize=7)
     return save_report(fig, out, lines)
+
+
+def converged(records):
+    """Whether the runs were trained to convergence (``--patience``)."""
+    return any("stopped_early" in r for r in records)
+
+
+def scored_name(records):
+    """What the validation of the scored checkpoint is called: "best-checkpoint" (converged
+    runs) or "final"."""
+    return "best-checkpoint" if converged(records) else "final"
+
+
+def scored_validation(record):
+    """The validation ({"update", "nll", "bleu"}) of the checkpoint that translated the test
+    set: checkpoint_best.pt's (a run with ``--patience``: its ``best_update``), else the last."""
+    if not record["valid"]:
+        return {"update": None, "nll": float("nan"), "bleu": None}
+    if record.get("best_update") is None:
+        return record["valid"][-1]
+    return min((v for v in record["valid"] if v["update"] == record["best_update"]), key=lambda v: v["nll"])
 
 
 def converged_note(records):
