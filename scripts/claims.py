@@ -53,9 +53,12 @@ perplexity by fairseq-eval-lm of checkpoint_best.pt; prepared with fairseq-ln-pr
     python scripts/claims.py lm --updates 800 --validate-every 200 --jobs 2 --out docs/claims/lm
 
 Seeds: ``--seed N`` (N != 1) trains in RUNS/CLAIM-seedN and writes OUT-seedN.*; once runs lie
-under two or more seeds, OUT-seeds.md and .png compare them (mean ± sd, differences paired by seed):
+under two or more seeds, OUT-seeds.md and .png compare them (mean ± sd, differences paired by seed).
+Several seeds in one command share one queue of ``--jobs`` (seed 1's runs first):
 
     python scripts/claims.py admin --seed 2 --runs-only "preln radam" "admin radam" --out docs/claims/admin
+    python scripts/claims.py shallow --seed 1 2 3 --patience 5 --validate-every 500 --updates 30000 --jobs 2 \\
+        --out docs/claims/shallow
 
 Precision: ``--precision fp16`` (or bf16) trains every run in fairseq's --fp16 (on a CPU too), in
 RUNS/CLAIM-fp16; ``--against`` sets each run beside the same run of the claim's OUT.json in
@@ -229,6 +232,29 @@ def other_precision(parser, args):
     return theirs, records
 
 
+class SeedRuns:
+    """One seed's runs of a claim: its OUT.json (``Results``: FIRST for seed 1, FIRST-seedN
+    otherwise), the records in it made as ``args`` would make them now (``done``, by label),
+    and ``args`` with that seed."""
+
+    def __init__(self, claim, args, first, argv):
+        self.args, self.out = args, seed_path(first, args.seed)
+        self.results = experiment.Results(
+            f"{self.out}.json", budget(args), experiment.command_line("scripts/claims.py", argv)
+        )
+        specs = {run.label: run_spec(claim, run, args)[1] for run in claim.runs}
+        self.done = {
+            r["label"]: r
+            for r in self.results.records
+            if r["label"] in specs and same_run(r.get("spec"), specs[r["label"]])
+        }
+
+    def add(self, label, record):
+        """Keep a finished run's record, and write OUT.json again."""
+        self.done[label] = record
+        self.results.write(self.done.values())
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("claim", nargs="?", choices=sorted(CLAIMS))
@@ -245,7 +271,12 @@ def main(argv=None):
     )
     parser.add_argument("--max-tokens", type=int, default=2048, help="tokens per update (default 2048)")
     parser.add_argument(
-        "--seed", type=int, default=1, help="fairseq's --seed; other than 1: RUNS/CLAIM-seedN and OUT-seedN (default 1)"
+        "--seed",
+        type=int,
+        nargs="+",
+        default=[1],
+        help="fairseq's --seed; other than 1: RUNS/CLAIM-seedN and OUT-seedN; several: every seed's runs in one "
+        "queue of --jobs (default 1)",
     )
     parser.add_argument("--jobs", type=int, default=1, help="runs trained at once, each with cores / JOBS threads")
     parser.add_argument(
@@ -288,38 +319,42 @@ def main(argv=None):
                 )
         return
     claim = CLAIMS[args.claim]
-    against = other_precision(parser, args) if args.against else None
     unknown = set(args.runs_only or ()) - {r.label for r in claim.runs}
     if unknown:
         parser.error(f"{args.claim} has no run(s) {sorted(unknown)}; see --list")
     first = Path(args.out) if args.out else claim_dir(args, seed=1)  # seed 1's OUT; seed N's is FIRST-seedN
-    out = seed_path(first, args.seed)
     args.data_dir = args.data_dir or str(REPO / "data" / DATA_DIRS[claim.corpus])
     experiment.prepare_corpus(claim.corpus, args.data_dir, test_lines=args.test_lines)  # as the main job prepares it
-    results = experiment.Results(f"{out}.json", budget(args), experiment.command_line("scripts/claims.py", argv))
-    specs = {run.label: run_spec(claim, run, args)[1] for run in claim.runs}
-    done = {
-        r["label"]: r for r in results.records if r["label"] in specs and same_run(r.get("spec"), specs[r["label"]])
-    }
     wanted = [r for r in claim.runs if not args.runs_only or r.label in args.runs_only]
-    todo = [r for r in wanted if r.label not in done]
+    if args.against and len(set(args.seed)) > 1:
+        parser.error("--against compares one seed's runs: give one --seed")
+    seeds = {seed: argparse.Namespace(**{**vars(args), "seed": seed}) for seed in dict.fromkeys(args.seed)}
+    against = other_precision(parser, seeds[args.seed[0]]) if args.against else None
+    seeds = {seed: SeedRuns(claim, seed_args, first, argv) for seed, seed_args in seeds.items()}
+    todo = [(seed, run) for seed, runs in seeds.items() for run in wanted if run.label not in runs.done]
+    named = "" if len(seeds) == 1 else f" (seeds {', '.join(map(str, seeds))})"
     print(
-        f"{args.claim}: {len(wanted) - len(todo)} of {len(wanted)} runs done; training {len(todo)}, {args.jobs} at once"
+        f"{args.claim}: {len(wanted) * len(seeds) - len(todo)} of {len(wanted) * len(seeds)} runs done{named}; "
+        f"training {len(todo)}, {args.jobs} at once"
     )
     start = time.time()
-    results.train(
-        lambda run: train_run(claim, run, args), todo, args.jobs, done, lambda run: run.label, render.claim_progress
-    )
+    work = lambda item: train_run(claim, item[1], seeds[item[0]].args)  # noqa: E731
+    for n, ((seed, run), record) in enumerate(experiment.parallel(work, todo, args.jobs), 1):
+        seeds[seed].add(run.label, record)
+        print(f"[{n}/{len(todo)}] {'' if len(seeds) == 1 else f'seed {seed}: '}{render.claim_progress(run, record)}")
     unigram = unigram_of(claim, args.data_dir)
-    print(render.claim_report(args.claim, claim, list(done.values()), results.commands, out, unigram))
-    print(f"wrote {out}.md, .png, .json ({(time.time() - start) / 60:.1f} min for {len(todo)} runs)")
-    if against and done:
-        beside = f"{out}-vs-{against[0]}"
-        print(render.precision_report(args.claim, claim, list(done.values()), against[1], beside))
-        print(f"wrote {beside}.md, .png")
-    seeds = None if claim.language_model else render.claim_seeds_report(args.claim, claim, first)
-    if seeds:
-        print(f"{seeds}\nwrote {first}-seeds.md, .png")
+    for runs in seeds.values():
+        out, done = runs.out, list(runs.done.values())
+        print(render.claim_report(args.claim, claim, done, runs.results.commands, out, unigram))
+        print(f"wrote {out}.md, .png, .json")
+        if against and done:
+            beside = f"{out}-vs-{against[0]}"
+            print(render.precision_report(args.claim, claim, done, against[1], beside))
+            print(f"wrote {beside}.md, .png")
+    print(f"{(time.time() - start) / 60:.1f} min for {len(todo)} runs")
+    compared = None if claim.language_model else render.claim_seeds_report(args.claim, claim, first)
+    if compared:
+        print(f"{compared}\nwrote {first}-seeds.md, .png")
 
 
 if __name__ == "__main__":

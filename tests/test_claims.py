@@ -124,14 +124,18 @@ def test_toy_claim_end_to_end(tmp_path, monkeypatch, capsys, multi30k):
     assert "checkpoint_last.pt (epoch 1 @ 4 updates)" in (out / "preln_no_warm-up" / "train.log").read_text()
 
     seed1_spec = (out / "preln_no_warm-up" / "spec.json").read_text()
-    claims.main([*args, "--runs-only", "preln no warm-up", "--seed", "2"])  # its own directory and OUT-seed2
+    capsys.readouterr()
+    # seeds 2 and 3 in one queue: each its own directory and OUT-seedN; seed 1's run done already
+    claims.main([*args, "--runs-only", "preln no warm-up", "--seed", "1", "2", "3"])
+    assert "1 of 3 runs done (seeds 1, 2, 3); training 2, 2 at once" in capsys.readouterr().out
     assert (out / "preln_no_warm-up" / "spec.json").read_text() == seed1_spec  # seed 1's run untouched
-    assert (
-        json.loads((tmp_path / "runs" / "toy-seed2" / "preln_no_warm-up" / "spec.json").read_text())["budget"]["seed"]
-        == 2
-    )
-    assert json.loads((tmp_path / "runs" / "toy-seed2.json").read_text())["budget"]["seed"] == 2
-    assert "| preln no warm-up | 1, 2 |" in (tmp_path / "runs" / "toy-seeds.md").read_text()
+    for seed in (2, 3):
+        spec = json.loads((tmp_path / "runs" / f"toy-seed{seed}" / "preln_no_warm-up" / "spec.json").read_text())
+        result = json.loads((tmp_path / "runs" / f"toy-seed{seed}.json").read_text())
+        assert spec["budget"]["seed"] == result["budget"]["seed"] == seed
+        assert [r["spec"]["budget"]["seed"] for r in result["runs"]] == [seed]
+        assert (tmp_path / "runs" / f"toy-seed{seed}.md").exists()
+    assert "| preln no warm-up | 1, 2, 3 |" in (tmp_path / "runs" / "toy-seeds.md").read_text()
 
 
 @pytest.mark.slow(1)
