@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from conftest import TINY_MODEL, batch, build, hand_set_layer_norms, parse, plugin_archs
 from conftest import ffn as _ffn
+from fairseq.distributed import FullyShardedDataParallel
 from fairseq.models.transformer import TransformerConfig
 
 from fairseq_layernorm_plugins.models.base import ARCH_FAMILIES, ARCH_SIZES
@@ -191,3 +192,36 @@ def test_stacks_build_the_methods_layer_class(tiny_data_bin, checkpoint_activati
     ours = encoder(src["src_tokens"], src["src_lengths"])["encoder_out"][0]
     base = model.encoder(src["src_tokens"], src["src_lengths"])["encoder_out"][0]
     assert not torch.allclose(ours, base), "the swapped-in residual_connection was not used"
+
+
+class FakeShardedLayer(FullyShardedDataParallel):
+    """What fairseq's fsdp_wrap returns under ``--ddp-backend fully_sharded`` (fairscale's
+    wrapper, here without fairscale: a module holding the layer)."""
+
+    def __init__(self, layer):
+        torch.nn.Module.__init__(self)
+        self.module = layer
+
+
+@pytest.mark.parametrize(
+    ("arch", "refused"),
+    [
+        ("transformer_mixln_iwslt_de_en", True),
+        ("transformer_dlcl_iwslt_de_en", True),
+        ("transformer_preln_iwslt_de_en", False),
+    ],
+)
+def test_a_method_that_sets_up_its_layers_refuses_fsdp_wrapped_layers(tiny_data_bin, monkeypatch, arch, refused):
+    """Under fully-sharded data parallel each layer is wrapped as it is built; a method that
+    then sets its layers up (Mix-LN's placement, DLCL's history) would set the wrapper's
+    attributes, not the layer's, and is refused in one line; Pre-LN, which sets nothing up,
+    builds."""
+    from fairseq_layernorm_plugins.modules import stacks
+
+    monkeypatch.setattr(stacks, "fsdp_wrap", lambda layer, min_num_params=None: FakeShardedLayer(layer))
+    if refused:
+        with pytest.raises(ValueError, match=r"--ddp-backend fully_sharded wraps each layer .* --ddp-backend c10d"):
+            build(tiny_data_bin, arch, *TINY_MODEL)
+    else:
+        model, _, _ = build(tiny_data_bin, arch, *TINY_MODEL)
+        assert all(isinstance(layer, FakeShardedLayer) for layer in model.encoder.layers)

@@ -8,7 +8,7 @@ argument, or a class attribute of a subclass) instead, tell each layer its
 ``init_stack_`` hook (``modules/layers.py``).
 """
 
-from fairseq.distributed import fsdp_wrap
+from fairseq.distributed import FullyShardedDataParallel, fsdp_wrap
 from fairseq.models.transformer import TransformerConfig, TransformerDecoderBase, TransformerEncoderBase
 from fairseq.models.transformer.transformer_decoder import module_name_fordropout as decoder_dropout_name
 from fairseq.models.transformer.transformer_encoder import module_name_fordropout as encoder_dropout_name
@@ -21,10 +21,18 @@ from fairseq_layernorm_plugins.modules.norms import STACK_NORM_NAMES, norm_type_
 
 
 def stack_layers(stack):
-    """Every layer of an encoder or decoder, in order. Iterating ``stack.layers`` in
+    """Every layer of an encoder or decoder, in order, for a method to set up or read
+    (Mix-LN's placement, DLCL's history, Admin's omega). Iterating ``stack.layers`` in
     training mode under LayerDrop (a ``LayerDropModuleList``) skips layers at random;
-    indexing does not."""
-    return [stack.layers[i] for i in range(len(stack.layers))]
+    indexing does not. Layers wrapped by fully-sharded data parallel are refused: FSDP
+    flattens a layer's parameters when it wraps it, and sets attributes on the wrapper."""
+    layers = [stack.layers[i] for i in range(len(stack.layers))]
+    if any(isinstance(layer, FullyShardedDataParallel) for layer in layers):
+        raise ValueError(
+            f"{type(stack).__name__}: --ddp-backend fully_sharded wraps each layer before this method sets its "
+            "layers up; train it with --ddp-backend c10d (or no_c10d, legacy_ddp)"
+        )
+    return layers
 
 
 def name_dropout_modules(module, name, own_name):
