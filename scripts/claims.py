@@ -34,7 +34,8 @@ the schedule being the same for any budget.
 To convergence: ``--patience P`` validates as above and stops a run once its validation loss
 has not improved for P validations in a row, epoch ends included (fairseq's ``--patience``, kept
 across resumes), with ``--updates`` as the cap; the test set is then translated by ``checkpoint_best.pt``, the
-checkpoint of the lowest validation loss. ``shallow`` is the claim made for it:
+checkpoint of the lowest validation loss, and, as the papers score theirs, by the mean of the run's last 5
+checkpoints (saved every ``--validate-every`` updates; RUN/average5/). ``shallow`` is the claim made for it:
 
     python scripts/claims.py shallow --patience 5 --validate-every 500 --updates 30000 --out docs/claims/shallow
 

@@ -155,7 +155,19 @@ def test_patience_stops_a_run_and_scores_its_best_checkpoint(tmp_path, monkeypat
     assert record["updates"] == 6 and record["best_update"] == 2 and record["stopped_early"]
     scored = json.loads((out / "preln_no_warm-up" / "results.json").read_text())
     assert [Path(c).name for c in scored["checkpoints"]] == ["checkpoint_best.pt"]
-    assert "| preln no warm-up | 6 | 2 | yes |" in out.with_suffix(".md").read_text()
+    # beside it, the papers' protocol: the mean of the last update checkpoints (here the 3 there are), scored in
+    # average5/; at lr 0 every checkpoint holds the same weights, so the mean translates as the best one does
+    assert [name.rsplit("_", 1)[1] for name in record["averaged"]] == ["2.pt", "4.pt", "6.pt"]
+    averaged = json.loads((out / "preln_no_warm-up" / "average5" / "results.json").read_text())
+    assert [Path(c).name for c in averaged["checkpoints"]] == record["averaged"][::-1]  # newest first
+    assert record["test_bleu_averaged"] == averaged["bleu"]["sacrebleu"]["score"] == record["test_bleu"]
+    assert not list((out / "preln_no_warm-up").rglob("checkpoint_avg*.pt"))  # the mean is not kept
+    assert (out / "preln_no_warm-up" / "average5" / "test.hyp.detok.en").read_text() == (
+        out / "preln_no_warm-up" / "test.hyp.detok.en"
+    ).read_text()
+    markdown = out.with_suffix(".md").read_text()
+    assert "| preln no warm-up | 6 | 2 | yes | 3: updates 2-6 |" in markdown
+    assert f"| {record['test_bleu']:.2f} | {record['test_bleu_averaged']:.2f} |" in markdown
 
 
 @pytest.mark.slow(1)

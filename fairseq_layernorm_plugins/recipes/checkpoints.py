@@ -19,6 +19,12 @@ def numbered_checkpoints(save_dir, kind="epoch"):
     return {int(m.groups()[-1]): p for p in Path(save_dir).glob("checkpoint*.pt") if (m := pattern.search(p.name))}
 
 
+def checkpoint_order(path):
+    """Sort key of update checkpoints (``checkpoint_E_U.pt``) by their update, any other after them."""
+    match = _UPDATE.search(Path(path).name)
+    return (0, int(match.group(2))) if match else (1, 0)
+
+
 def last_checkpoints(save_dir, n, kind="epoch", upper_bound=None):
     """The last ``n`` epoch or update checkpoints, newest first; ``checkpoint_last.pt`` when
     there are none. With ``upper_bound`` the last ``n`` numbered at most ``upper_bound``, and

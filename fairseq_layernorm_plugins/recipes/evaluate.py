@@ -118,12 +118,23 @@ def mean_sacrebleu(per_set):
 
 
 def evaluate(
-    run_dir, average_last=None, kind="epoch", subset="test", max_tokens=8000, cpu=None, echo=print, upper_bound=None
+    run_dir,
+    average_last=None,
+    kind="epoch",
+    subset="test",
+    max_tokens=8000,
+    cpu=None,
+    echo=print,
+    upper_bound=None,
+    out_dir=None,
 ):
     """Evaluate the run in ``run_dir`` (its run.json) by its recipe's protocol (module
     docstring; ``average_last`` / ``upper_bound`` override the recipe's); returns and writes
-    results.json."""
+    results.json, beside the run or in ``out_dir`` (with the hypotheses, the generate logs and
+    an averaged checkpoint), so that a second protocol leaves the first one's files alone."""
     run_dir = Path(run_dir)
+    out_dir = Path(out_dir or run_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
     run = json.loads((run_dir / "run.json").read_text())
     if run.get("task") == "language_modeling":  # perplexity, not translation
         return evaluate_lm(run_dir, run, average_last, cpu, echo)
@@ -145,13 +156,13 @@ def evaluate(
 
     def translate_and_score(checkpoint, split, lenpen):
         spm = bool(stamp.get("sentencepiece"))
-        return score_subset(run, run_dir, data_bin, root, checkpoint, split, lenpen, spm, max_tokens, cpu)
+        return score_subset(run, out_dir, data_bin, root, checkpoint, split, lenpen, spm, max_tokens, cpu)
 
     def averaged(paths):
         if len(paths) == 1:
             return paths[0]
         echo(f"averaged {len(paths)} checkpoints: {', '.join(p.name for p in paths)}")
-        return average_checkpoints(paths, run_dir / f"checkpoint_avg{len(paths)}.pt")
+        return average_checkpoints(paths, out_dir / f"checkpoint_avg{len(paths)}.pt")
 
     def main_metric(scores):
         return scores[headline]["score"] if headline in scores else next(iter(scores.values()))["score"]
@@ -236,7 +247,7 @@ def evaluate(
         result["test_sets"] = per_set
         scores["sacrebleu_mean"] = mean_sacrebleu(per_set)
     result["headline"] = headline if headline in scores else next(iter(scores), None)
-    write_json(run_dir / "results.json", result)
+    write_json(out_dir / "results.json", result)
     for _metric, value in scores.items():
         echo(
             f"{run['recipe']} {run.get('depth')}: {value['label']}: {value['score']:.2f}"
@@ -247,7 +258,7 @@ def evaluate(
 
 def score_subset(run, run_dir, data_bin, root, checkpoint, subset, lenpen, spm, max_tokens, cpu=None):
     """Translate ``subset`` of ``data_bin`` with ``checkpoint``, the recipe's beam and
-    ``lenpen``; write the hypotheses beside the run; return (:func:`score`'s metrics, the
+    ``lenpen``; write the hypotheses and the generate log to ``run_dir``; return (:func:`score`'s metrics, the
     number of sentences)."""
     gen = run.get("generate", {})
     cpu = (not torch.cuda.is_available()) if cpu is None else cpu

@@ -80,13 +80,13 @@ def scaled_recipe(
     return Recipe(recipe.name, recipe.path, data).with_depth(depth)
 
 
-def validation_flags(every, patience=0, bleu=True):
-    """fairseq-train flags for validation every ``every`` updates, keeping the last such
-    checkpoint, with (``bleu``) greedy, detokenised, cased SacreBLEU on the validation set (the
+def validation_flags(every, patience=0, bleu=True, keep=1):
+    """fairseq-train flags for validation every ``every`` updates, keeping the last ``keep``
+    such checkpoints, with (``bleu``) greedy, detokenised, cased SacreBLEU on the validation set (the
     data is SentencePiece over untokenised text); ``patience`` > 0: fairseq's ``--patience``,
     stopping once the validation loss has not improved for that many validations in a row."""
     flags = ["--validate-interval-updates", str(every), "--save-interval-updates", str(every)]
-    flags += ["--keep-interval-updates", "1", "--no-progress-bar"]
+    flags += ["--keep-interval-updates", str(keep), "--no-progress-bar"]
     flags += ["--patience", str(patience)] if patience else []
     return flags + (BLEU_FLAGS if bleu else [])
 

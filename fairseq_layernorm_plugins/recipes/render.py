@@ -131,6 +131,7 @@ def claim_report(claim_name, claim, records, commands, out, unigram):
     inits = sorted({r["spec"]["fairseq"]["model"].get("init_style", "(arch default)") for r in records})
     precisions = sorted({r["spec"].get("precision", "fp32") for r in records})
     fp16 = any("loss_scale_min" in r for r in records)
+    averaged = any("test_bleu_averaged" in r for r in records)
     lines = [
         *claim_header(claim_name, claim, commands),
         "",
@@ -150,8 +151,9 @@ def claim_report(claim_name, claim, records, commands, out, unigram):
             else f"updates to {claim.baseline}'s valid BLEU"
         )
         + " | test BLEU |"
+        + (" test BLEU, checkpoints averaged |" if averaged else "")
         + (" loss scale min / last |" if fp16 else ""),
-        "|---|---|---|---|---|---|---|---|---|" + ("---|" if fp16 else ""),
+        "|---|---|---|---|---|---|---|---|---|" + ("---|" if averaged else "") + ("---|" if fp16 else ""),
     ]
     for r in records:
         last = scored_validation(r)
@@ -160,7 +162,9 @@ def claim_report(claim_name, claim, records, commands, out, unigram):
         lines.append(
             f"| {r['label']} | {r['optimizer']} | {r['warmup'] or 'none'} | {r['status']} | {last['nll']:.3f} | "
             f"{number(last['bleu'])} | {number(best)} | {reach} | "
-            f"{r['test_bleu']:.2f} |" + (loss_scale(r) if fp16 else "")
+            f"{r['test_bleu']:.2f} |"
+            + (f" {number(r.get('test_bleu_averaged'))} |" if averaged else "")
+            + (loss_scale(r) if fp16 else "")
         )
 
     plt = pyplot()
@@ -346,17 +350,27 @@ def converged_note(records):
     lines = [
         f"Trained until the validation loss did not improve for {budget['patience']} validations in a row "
         f"(every {budget['validate_every']} updates and at every epoch end; at most {budget['updates']} updates); the test BLEU is "
-        "checkpoint_best.pt's (lowest validation loss).",
+        "checkpoint_best.pt's (lowest validation loss), and beside it, where measured, that of the mean of the "
+        f"last checkpoints saved every {budget['validate_every']} updates (the papers average their last ones).",
         "",
-        "| run | stopped at update | best update | stopped by patience | training hours |",
-        "|---|---|---|---|---|",
+        "| run | stopped at update | best update | stopped by patience | checkpoints averaged | training hours |",
+        "|---|---|---|---|---|---|",
     ]
     for r in records:
         lines.append(
             f"| {r['label']} | {r['updates']} | {r.get('best_update')} | {'yes' if r.get('stopped_early') else 'no (cap)'} | "
-            f"{r.get('train_hours', '')} |"
+            f"{averaged_range(r)} | {r.get('train_hours', '')} |"
         )
     return lines + [""]
+
+
+def averaged_range(record):
+    """The checkpoints a converged run's averaged score is the mean of, as "N: updates A-B"."""
+    names = record.get("averaged")
+    if not names:
+        return "n/a"
+    updates = [name.rsplit("_", 1)[-1].removesuffix(".pt") for name in names]
+    return f"{len(names)}: updates {updates[0]}-{updates[-1]}" if len(names) > 1 else names[0]
 
 
 def extended_note(records):
