@@ -204,6 +204,7 @@ def claim_seeds_report(claim_name, claim, first):
     table = {label: seeds for label, seeds in table.items() if len(seeds) > 1}
     base = table.get(claim.baseline, {})
     scored = scored_name([r for seeds in table.values() for r in seeds.values()])
+    averaged = all("test_bleu_averaged" in r for seeds in table.values() for r in seeds.values())
     lines = [
         f"### {claim_name} over seeds: {claim.paper}",
         "",
@@ -212,8 +213,9 @@ def claim_seeds_report(claim_name, claim, first):
         "paired by seed.",
         "",
         f"| run | seeds | test BLEU per seed | test BLEU | {scored} valid NLL | {scored} valid BLEU | "
-        f"test BLEU − {claim.baseline}, per seed | mean difference | valid NLL − {claim.baseline} |",
-        "|---|---|---|---|---|---|---|---|---|",
+        f"test BLEU − {claim.baseline}, per seed | mean difference | valid NLL − {claim.baseline} |"
+        + (f" averaged test BLEU | averaged − {claim.baseline} |" if averaged else ""),
+        "|---|---|---|---|---|---|---|---|---|" + ("---|---|" if averaged else ""),
     ]
     for label, seeds in table.items():
         final = {seed: scored_validation(r) for seed, r in seeds.items()}
@@ -227,6 +229,7 @@ def claim_seeds_report(claim_name, claim, first):
             f"{_spread([f['bleu'] or 0.0 for f in final.values()])} | "
             f"{', '.join(f'{d:+.2f}' for d in diffs) if paired else ''} | {_spread(diffs, sign=True) if paired else ''} | "
             f"{_spread(nll_diffs, 3, sign=True) if paired else ''} |"
+            + (averaged_columns(seeds, base, paired) if averaged else "")
         )
 
     plt = pyplot()
@@ -320,6 +323,14 @@ def precision_report(claim_name, claim, records, other, out):
     if ax_scale.has_data():
         ax_scale.legend(fontsize=7)
     return save_report(fig, out, lines)
+
+
+def averaged_columns(seeds, base, paired):
+    """A seeds row's averaged-checkpoints columns: its test BLEU and, ``paired``, its difference
+    from the baseline's, paired by seed (mean ± sd)."""
+    values = [r["test_bleu_averaged"] for r in seeds.values()]
+    diffs = [r["test_bleu_averaged"] - base[seed]["test_bleu_averaged"] for seed, r in seeds.items() if seed in base]
+    return f" {_spread(values)} | {_spread(diffs, sign=True) if paired else ''} |"
 
 
 def converged(records):
