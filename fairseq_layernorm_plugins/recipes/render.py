@@ -179,11 +179,18 @@ def claim_report(claim_name, claim, records, commands, out, unigram):
         updates = [v["update"] for v in r["valid"]]
         ax_bleu.plot(updates, [v["bleu"] or 0.0 for v in r["valid"]], style, color=colour, label=r["label"], marker=".")
         ax_nll.plot(updates, [v["nll"] for v in r["valid"]], style, color=colour, label=r["label"], marker=".")
+        if r.get("best_update") is not None and r["valid"]:  # converged: the checkpoint scored
+            best = scored_validation(r)
+            ax_nll.plot(best["update"], best["nll"], "*", color=colour, markersize=11, markeredgecolor="black")
     if target is not None:
         ax_bleu.axhline(target, color="grey", lw=0.6)
     ax_nll.axhline(unigram, color="grey", lw=0.6, ls=":", label="unigram entropy")
     ax_bleu.set(xlabel="updates", ylabel="validation BLEU (greedy)", title=f"{claim_name}: {claim.depth}")
-    ax_nll.set(xlabel="updates", ylabel="validation NLL (bits/token)", title="validation NLL")
+    ax_nll.set(
+        xlabel="updates",
+        ylabel="validation NLL (bits/token)",
+        title="validation NLL" + (" (*: best checkpoint)" if converged(records) else ""),
+    )
     ax_nll.legend(fontsize=7)
     return save_report(fig, out, lines)
 
