@@ -168,6 +168,19 @@ def test_patience_stops_a_run_and_scores_its_best_checkpoint(tmp_path, monkeypat
     markdown = out.with_suffix(".md").read_text()
     assert "| preln no warm-up | 6 | 2 | yes | 3: updates 2-6 |" in markdown
     assert f"| {record['test_bleu']:.2f} | {record['test_bleu_averaged']:.2f} |" in markdown
+    assert "| not validated |" in markdown  # no update 2000 in 6
+
+
+def test_a_converged_run_is_shown_early_and_at_its_best():
+    """The converged note sets each run's validation at update 2000 (the fixed-budget claims'
+    end) beside the one of the checkpoint it is scored by."""
+    valid = [{"update": 1000, "nll": 4.5, "bleu": 30.0}, {"update": 2000, "nll": 4.25, "bleu": 33.5}]
+    valid += [{"update": 2500, "nll": 4.0, "bleu": 36.0}, {"update": 3000, "nll": 4.125, "bleu": 36.5}]
+    budget = {"patience": 1, "validate_every": 500, "updates": 30000}
+    record = {"label": "r", "spec": {"budget": budget}, "valid": valid, "updates": 3000, "best_update": 2500}
+    record |= {"stopped_early": True, "averaged": ["checkpoint_9_2500.pt", "checkpoint_11_3000.pt"], "train_hours": 1.5}
+    (row,) = [line for line in render.converged_note([record]) if line.startswith("| r |")]
+    assert row == "| r | 3000 | 2500 | yes | 2: updates 2500-3000 | 1.5 | 4.250 / 33.50 | 4.000 / 36.00 |"
 
 
 @pytest.mark.slow(1)

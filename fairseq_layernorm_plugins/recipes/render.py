@@ -361,6 +361,9 @@ def scored_validation(record):
     return min((v for v in record["valid"] if v["update"] == record["best_update"]), key=lambda v: v["nll"])
 
 
+EARLY_UPDATE = 2000  # the claims' fixed budget (scripts/claims.py --updates), set beside a converged run's end
+
+
 def converged_note(records):
     """Lines saying how each run trained to convergence (``--patience``): where it stopped, its
     best update, its training time."""
@@ -371,15 +374,26 @@ def converged_note(records):
         "checkpoint_best.pt's (lowest validation loss), and beside it, where measured, that of the mean of the "
         f"last checkpoints saved every {budget['validate_every']} updates (the papers average their last ones).",
         "",
-        "| run | stopped at update | best update | stopped by patience | checkpoints averaged | training hours |",
-        "|---|---|---|---|---|---|",
+        f"The same runs early in training: their validation at update {EARLY_UPDATE} (where the fixed-budget claims "
+        "stop), beside the best.",
+        "",
+        "| run | stopped at update | best update | stopped by patience | checkpoints averaged | training hours | "
+        f"valid NLL / BLEU at update {EARLY_UPDATE} | valid NLL / BLEU at best |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in records:
+        early = next((v for v in r["valid"] if v["update"] == EARLY_UPDATE), None)
         lines.append(
             f"| {r['label']} | {r['updates']} | {r.get('best_update')} | {'yes' if r.get('stopped_early') else 'no (cap)'} | "
-            f"{averaged_range(r)} | {r.get('train_hours', '')} |"
+            f"{averaged_range(r)} | {r.get('train_hours', '')} | "
+            f"{nll_and_bleu(early) if early else 'not validated'} | {nll_and_bleu(scored_validation(r))} |"
         )
     return lines + [""]
+
+
+def nll_and_bleu(validation):
+    """A validation as "NLL / BLEU"."""
+    return f"{validation['nll']:.3f} / {number(validation['bleu'])}"
 
 
 def averaged_range(record):
