@@ -55,7 +55,7 @@ perplexity by fairseq-eval-lm of checkpoint_best.pt; prepared with fairseq-ln-pr
 
 Seeds: ``--seed N`` (N != 1) trains in RUNS/CLAIM-seedN and writes OUT-seedN.*; once runs lie
 under two or more seeds, OUT-seeds.md and .png compare them (mean ± sd, differences paired by seed).
-Several seeds in one command share one queue of ``--jobs`` (seed 1's runs first):
+Several seeds in one command share one queue of ``--jobs`` (in the order given):
 
     python scripts/claims.py admin --seed 2 --runs-only "preln radam" "admin radam" --out docs/claims/admin
     python scripts/claims.py shallow --seed 1 2 3 --patience 5 --validate-every 500 --updates 30000 --jobs 2 \\
@@ -277,7 +277,7 @@ def main(argv=None):
         nargs="+",
         default=[1],
         help="fairseq's --seed; other than 1: RUNS/CLAIM-seedN and OUT-seedN; several: every seed's runs in one "
-        "queue of --jobs (default 1)",
+        "queue of --jobs, in the order given (default 1)",
     )
     parser.add_argument("--jobs", type=int, default=1, help="runs trained at once, each with cores / JOBS threads")
     parser.add_argument(
@@ -325,12 +325,12 @@ def main(argv=None):
         parser.error(f"{args.claim} has no run(s) {sorted(unknown)}; see --list")
     first = Path(args.out) if args.out else claim_dir(args, seed=1)  # seed 1's OUT; seed N's is FIRST-seedN
     args.data_dir = args.data_dir or str(REPO / "data" / DATA_DIRS[claim.corpus])
-    experiment.prepare_corpus(claim.corpus, args.data_dir, test_lines=args.test_lines)  # as the main job prepares it
-    wanted = [r for r in claim.runs if not args.runs_only or r.label in args.runs_only]
     if args.against and len(set(args.seed)) > 1:
         parser.error("--against compares one seed's runs: give one --seed")
     seeds = {seed: argparse.Namespace(**{**vars(args), "seed": seed}) for seed in dict.fromkeys(args.seed)}
     against = other_precision(parser, seeds[args.seed[0]]) if args.against else None
+    experiment.prepare_corpus(claim.corpus, args.data_dir, test_lines=args.test_lines)  # as the main job prepares it
+    wanted = [r for r in claim.runs if not args.runs_only or r.label in args.runs_only]
     seeds = {seed: SeedRuns(claim, seed_args, first, argv) for seed, seed_args in seeds.items()}
     todo = [(seed, run) for seed, runs in seeds.items() for run in wanted if run.label not in runs.done]
     named = "" if len(seeds) == 1 else f" (seeds {', '.join(map(str, seeds))})"
@@ -342,7 +342,10 @@ def main(argv=None):
     work = lambda item: train_run(claim, item[1], seeds[item[0]].args)  # noqa: E731
     for n, ((seed, run), record) in enumerate(experiment.parallel(work, todo, args.jobs), 1):
         seeds[seed].add(run.label, record)
-        print(f"[{n}/{len(todo)}] {'' if len(seeds) == 1 else f'seed {seed}: '}{render.claim_progress(run, record)}")
+        print(
+            f"[{n}/{len(todo)}] {'' if len(seeds) == 1 else f'seed {seed}: '}{render.claim_progress(run, record)}",
+            flush=True,
+        )
     unigram = unigram_of(claim, args.data_dir)
     for runs in seeds.values():
         out, done = runs.out, list(runs.done.values())

@@ -67,11 +67,16 @@ def cell_spec(cell, args):
     return specs.recorded({"fairseq": recipe.fairseq})
 
 
-def kept_cells(records, args):
-    """{cell: record} of the cells of OUT.json made as ``args`` would make them now (same options
-    and architecture defaults; a cell recorded before cells recorded them is kept)."""
+def kept_cells(records, keys, args):
+    """{cell: record} of the cells of OUT.json to keep: those of ``keys`` (this command's cells)
+    made as ``args`` would make them now (same options and architecture defaults; a cell recorded
+    before cells recorded them is kept), and every cell this command does not make."""
     cells = {(c["method"], c["depth"], c["lr"], c["warmup"]): c for c in records}
-    return {key: c for key, c in cells.items() if "spec" not in c or specs.same_run(c["spec"], cell_spec(key, args))}
+    return {
+        key: c
+        for key, c in cells.items()
+        if key not in keys or "spec" not in c or specs.same_run(c["spec"], cell_spec(key, args))
+    }
 
 
 def run_cell(cell, args):
@@ -137,7 +142,7 @@ def main():
     # grids made before --optimizer existed: Adam
     results = experiment.Results(f"{args.out}.json", budget, command, "cells", earlier={"optimizer": "adam"})
     keys = [(m, d, lr, w) for d in args.depths for w in args.warmups for lr in args.lrs for m in args.methods]
-    done = kept_cells(results.records, args)
+    done = kept_cells(results.records, set(keys), args)
     todo = sorted((key for key in keys if key not in done), key=lambda key: -int(key[1].split("L")[0]))  # deepest first
     print(
         f"{len(keys) - len(todo)} of {len(keys)} cells already in {results.path}; running {len(todo)} with {args.jobs} at once",

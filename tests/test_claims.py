@@ -430,9 +430,10 @@ def test_seeds_are_compared_run_by_run_and_paired_by_seed(tmp_path, monkeypatch)
     for name, seed, nll in (("toy", 1, 3.5), ("toy-seed2", 2, 3.0), ("toy-seed3", 3, 4.0)):
         converged = seed_record("preln no warm-up", "preln", 30.0, nll)
         converged["valid"] += [{"update": 6, "nll": nll + 0.25, "bleu": 0.5}]  # past its best
-        converged |= {"best_update": 4, "stopped_early": True, "test_bleu_averaged": 30.0 + seed}
+        five = [f"checkpoint_{u}.pt" for u in range(5)]
+        converged |= {"best_update": 4, "stopped_early": True, "test_bleu_averaged": 30.0 + seed, "averaged": five}
         baseline = seed_record("postln warm-up", "postln", 28.0, 4.0) | {"best_update": 4, "stopped_early": True}
-        baseline["test_bleu_averaged"] = 29.0 - seed  # averaged minus baseline: +3, +5, +7
+        baseline |= {"test_bleu_averaged": 29.0 - seed, "averaged": five}  # averaged minus baseline: +3, +5, +7
         results(name, seed, baseline, converged)
     markdown = render.claim_seeds_report("toy", TOY, first)
     rows = {line.split(" | ")[0][2:]: line.split(" | ")[1:] for line in markdown.splitlines() if line.startswith("| p")}
@@ -440,6 +441,9 @@ def test_seeds_are_compared_run_by_run_and_paired_by_seed(tmp_path, monkeypatch)
     assert rows["preln no warm-up"][3:5] == ["3.500 ± 0.500", "1.00 ± 0.00"]
     assert rows["preln no warm-up"][-3:] == ["-0.500 ± 0.500", "32.00 ± 1.00", "+5.00 ± 2.00 |"]
     assert rows["postln warm-up"][-2:] == ["27.00 ± 1.00", " |"]
+    baseline["averaged"] = five[:2]  # a mean of fewer checkpoints (seed 3's baseline) is not paired with the others
+    results("toy-seed3", 3, baseline, converged)
+    assert "averaged test BLEU" not in render.claim_seeds_report("toy", TOY, first)
 
 
 def test_init_style_option_overrides_the_claims_initialisation_and_has_its_own_run_directory(tmp_path):

@@ -198,3 +198,14 @@ def test_recipe_runs_under_fairseq_hydra_train(tiny_data_bin, tmp_path):
     assert "Admin: profiled 1 batch(es)" in log
     assert "Stopping training due to num_updates: 8 >= max_update: 8" in log
     assert (tmp_path / "ckpt" / "checkpoint_last.pt").is_file()
+
+
+def test_a_language_models_results_go_beside_it_only(tmp_path):
+    """``out_dir`` keeps a second translation protocol's files apart; a language model's
+    perplexity is written beside its run, so asking for another folder is refused."""
+    from fairseq_layernorm_plugins.recipes.evaluate import evaluate
+
+    (tmp_path / "run.json").write_text(json.dumps({"task": "language_modeling"}))
+    with pytest.raises(ValueError, match="written beside it"):
+        evaluate(tmp_path, out_dir=tmp_path / "average5")
+    assert not (tmp_path / "average5").exists()

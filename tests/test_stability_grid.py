@@ -119,7 +119,13 @@ def test_a_cell_made_with_other_options_or_arch_defaults_is_made_again():
     changed_default = json.loads(json.dumps(stability_grid.cell_spec(cells[2], args)))
     changed_default["arch_defaults"]["init_style"] = "fairseq"
     records[2]["spec"] = changed_default
-    kept = stability_grid.kept_cells(records, args)
+    kept = stability_grid.kept_cells(records, set(cells), args)
     assert set(kept) == {cells[0], cells[1], cells[3]}  # the last: no spec recorded
-    other_width = stability_grid.kept_cells(records, argparse.Namespace(**{**vars(args), "width": 32}))
+    other_width = stability_grid.kept_cells(records, set(cells), argparse.Namespace(**{**vars(args), "width": 32}))
     assert set(other_width) == {cells[3]}
+    # a command that makes other cells keeps these as they are, whatever they were made with
+    assert set(stability_grid.kept_cells(records, {cells[0]}, argparse.Namespace(**{**vars(args), "width": 32}))) == {
+        cells[1],
+        cells[2],
+        cells[3],
+    }

@@ -19,10 +19,10 @@ def numbered_checkpoints(save_dir, kind="epoch"):
     return {int(m.groups()[-1]): p for p in Path(save_dir).glob("checkpoint*.pt") if (m := pattern.search(p.name))}
 
 
-def checkpoint_order(path):
-    """Sort key of update checkpoints (``checkpoint_E_U.pt``) by their update, any other after them."""
+def checkpoint_update(path):
+    """The update of an update checkpoint (``checkpoint_E_U.pt``), None for any other."""
     match = _UPDATE.search(Path(path).name)
-    return (0, int(match.group(2))) if match else (1, 0)
+    return int(match.group(2)) if match else None
 
 
 def last_checkpoints(save_dir, n, kind="epoch", upper_bound=None):

@@ -166,9 +166,9 @@ def train_run(claim, run, args):
 def averaged_score(run_dir):
     """{"test_bleu_averaged", "averaged"}: the test set's SacreBLEU (the claim's beam) of the mean
     of the run's last :data:`AVERAGE_LAST` update checkpoints (their names, oldest first; fewer
-    where fewer were kept, checkpoint_last.pt where none was), scored in RUN/averageN/ beside checkpoint_best.pt's results; {"averaged_error"} when
-    fairseq-generate failed."""
-    from fairseq_layernorm_plugins.recipes.checkpoints import checkpoint_order
+    where fewer were kept, checkpoint_last.pt where none was), scored in RUN/averageN/ beside
+    checkpoint_best.pt's results; {"averaged_error"} when fairseq-generate failed. The mean
+    itself is not kept."""
     from fairseq_layernorm_plugins.recipes.evaluate import evaluate
 
     out = Path(run_dir) / f"average{AVERAGE_LAST}"
@@ -176,11 +176,12 @@ def averaged_score(run_dir):
         result = evaluate(run_dir, average_last=AVERAGE_LAST, kind="update", echo=lambda *a: None, out_dir=out)
     except RuntimeError as err:
         return {"averaged_error": str(err).splitlines()[0]}
-    for averaged in out.glob("checkpoint_avg*.pt"):  # the run's own checkpoints stay; their mean is not kept
-        averaged.unlink()
+    finally:
+        for averaged in out.glob("checkpoint_avg*.pt"):  # only the mean is written there
+            averaged.unlink()
     return {
         "test_bleu_averaged": result["bleu"]["sacrebleu"]["score"],
-        "averaged": sorted((Path(path).name for path in result["checkpoints"]), key=checkpoint_order),
+        "averaged": [Path(path).name for path in reversed(result["checkpoints"])],  # evaluate lists newest first
     }
 
 

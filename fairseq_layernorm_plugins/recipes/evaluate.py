@@ -133,11 +133,13 @@ def evaluate(
     results.json, beside the run or in ``out_dir`` (with the hypotheses, the generate logs and
     an averaged checkpoint), so that a second protocol leaves the first one's files alone."""
     run_dir = Path(run_dir)
-    out_dir = Path(out_dir or run_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     run = json.loads((run_dir / "run.json").read_text())
     if run.get("task") == "language_modeling":  # perplexity, not translation
+        if out_dir is not None:
+            raise ValueError(f"{run_dir}: a language model's results are written beside it, not to {out_dir}")
         return evaluate_lm(run_dir, run, average_last, cpu, echo)
+    out_dir = Path(out_dir or run_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
     gen = run.get("generate", {})
     data_bin = Path(run["data"])
     root = data_bin.parent if data_bin.name == "bin" else data_bin
@@ -256,9 +258,9 @@ def evaluate(
     return result
 
 
-def score_subset(run, run_dir, data_bin, root, checkpoint, subset, lenpen, spm, max_tokens, cpu=None):
+def score_subset(run, out_dir, data_bin, root, checkpoint, subset, lenpen, spm, max_tokens, cpu=None):
     """Translate ``subset`` of ``data_bin`` with ``checkpoint``, the recipe's beam and
-    ``lenpen``; write the hypotheses and the generate log to ``run_dir``; return (:func:`score`'s metrics, the
+    ``lenpen``; write the hypotheses and the generate log to ``out_dir``; return (:func:`score`'s metrics, the
     number of sentences)."""
     gen = run.get("generate", {})
     cpu = (not torch.cuda.is_available()) if cpu is None else cpu
@@ -282,7 +284,7 @@ def score_subset(run, run_dir, data_bin, root, checkpoint, subset, lenpen, spm, 
         *(["--cpu"] if cpu else []),
         *gen.get("extra", []),
     ]
-    log = run_dir / f"generate-{subset}.log"
+    log = out_dir / f"generate-{subset}.log"
     log.unlink(missing_ok=True)
     run_logged(cmd, log, f"{run['recipe']} generate {subset}", echo=lambda line: "Generate " in line)
 
@@ -293,8 +295,8 @@ def score_subset(run, run_dir, data_bin, root, checkpoint, subset, lenpen, spm, 
     else:
         detok = MosesDetokenizer(lang=tgt)
         hyps_tok, hyps_detok = hyps, [detok.detokenize(h.split()) for h in hyps]
-    write_lines(run_dir / f"{subset}.hyp.tok.{tgt}", hyps_tok)
-    write_lines(run_dir / f"{subset}.hyp.detok.{tgt}", hyps_detok)
+    write_lines(out_dir / f"{subset}.hyp.tok.{tgt}", hyps_tok)
+    write_lines(out_dir / f"{subset}.hyp.detok.{tgt}", hyps_detok)
     refs = {
         kind_: read_lines(root / f"{subset}.{kind_}.{tgt}") if (root / f"{subset}.{kind_}.{tgt}").is_file() else None
         for kind_ in ("tok", "raw")

@@ -51,7 +51,7 @@ def first_update_reaching(record, bleu):
 
 def claim_progress(run, record):
     """The line printed when a claim's run ends."""
-    last = record["valid"][-1] if record["valid"] else {}
+    last = scored_validation(record)
     scores = (
         f"valid perplexity {number(last.get('ppl'))}, test perplexity {record['test_ppl']:.2f}"
         if "test_ppl" in record
@@ -116,8 +116,9 @@ def lm_claim_report(claim_name, claim, records, commands, out, unigram):
 
 
 def claim_report(claim_name, claim, records, commands, out, unigram):
-    """OUT.md (table: status, final validation NLL and BLEU, updates to the baseline's final
-    validation BLEU, test BLEU) and OUT.png (validation BLEU and NLL against updates) of the
+    """OUT.md (table: status, the validation NLL and BLEU of the checkpoint scored (the last, or
+    a converged run's best), the best validation BLEU, updates to the baseline's scored validation
+    BLEU, test BLEU, the averaged checkpoints' test BLEU where measured) and OUT.png (validation BLEU and NLL against updates) of the
     runs of ``claim`` (``claim.Claim``); returns the markdown. ``unigram``: the stall threshold in bits."""
     if claim.language_model:
         return lm_claim_report(claim_name, claim, records, commands, out, unigram)
@@ -127,7 +128,7 @@ def claim_report(claim_name, claim, records, commands, out, unigram):
     order = [r.label for r in claim.runs]
     records = sorted(records, key=lambda r: order.index(r["label"]))
     base = next((r for r in records if r["label"] == claim.baseline and r["valid"]), None)
-    target = base["valid"][-1]["bleu"] if base else None
+    target = scored_validation(base)["bleu"] if base else None
     inits = sorted({r["spec"]["fairseq"]["model"].get("init_style", "(arch default)") for r in records})
     precisions = sorted({r["spec"].get("precision", "fp32") for r in records})
     fp16 = any("loss_scale_min" in r for r in records)
@@ -197,9 +198,11 @@ def claim_report(claim_name, claim, records, commands, out, unigram):
 
 def claim_seeds_report(claim_name, claim, first):
     """FIRST-seeds.md and .png, once runs of the claim are made under more than one seed (FIRST is
-    seed 1's OUT): per run, its test BLEU per seed, mean and sample standard deviation of test BLEU,
-    final validation NLL and BLEU, and its test BLEU minus the baseline's, paired by seed (same
-    seed: same data order). Returns the markdown, or None with fewer than two seeds."""
+    seed 1's OUT): per run, its test BLEU per seed, mean and sample standard deviation of test BLEU
+    and of the scored checkpoint's validation NLL and BLEU, and its test BLEU and validation NLL
+    minus the baseline's, paired by seed (same seed: same data order); the same for the averaged
+    checkpoints' test BLEU where every run has one, each the mean of as many checkpoints.
+    Returns the markdown, or None with fewer than two seeds."""
     from fairseq_layernorm_plugins.methods import METHODS
 
     by_seed = {seed: {r["label"]: r for r in res["runs"]} for seed, res in sorted(seed_results(first).items())}
@@ -211,7 +214,9 @@ def claim_seeds_report(claim_name, claim, first):
     table = {label: seeds for label, seeds in table.items() if len(seeds) > 1}
     base = table.get(claim.baseline, {})
     scored = scored_name([r for seeds in table.values() for r in seeds.values()])
-    averaged = all("test_bleu_averaged" in r for seeds in table.values() for r in seeds.values())
+    # averaged scores are paired where every run has one, each the mean of as many checkpoints
+    every = [r for seeds in table.values() for r in seeds.values()]
+    averaged = all("test_bleu_averaged" in r for r in every) and len({len(r["averaged"]) for r in every}) == 1
     lines = [
         f"### {claim_name} over seeds: {claim.paper}",
         "",
@@ -292,7 +297,7 @@ def precision_report(claim_name, claim, records, other, out):
     ours = sorted((r for r in records if r["label"] in by_label), key=lambda r: order.index(r["label"]))
     pairs = [(r, by_label[r["label"]]) for r in ours]
     half = lambda a, b: a if "loss_scale_min" in a else b  # the fp16 run of a pair, if either is
-    final = lambda r: r["valid"][-1]["nll"] if r["valid"] else float("nan")
+    final = lambda r: scored_validation(r)["nll"]
     lines = [
         f"### {claim_name} in {mine} beside {theirs}: {claim.paper}",
         "",
@@ -356,9 +361,8 @@ def scored_validation(record):
     set: checkpoint_best.pt's (a run with ``--patience``: its ``best_update``), else the last."""
     if not record["valid"]:
         return {"update": None, "nll": float("nan"), "bleu": None}
-    if record.get("best_update") is None:
-        return record["valid"][-1]
-    return min((v for v in record["valid"] if v["update"] == record["best_update"]), key=lambda v: v["nll"])
+    best = [v for v in record["valid"] if v["update"] == record.get("best_update")]
+    return min(best, key=lambda v: v["nll"]) if best else record["valid"][-1]
 
 
 EARLY_UPDATE = 2000  # the claims' fixed budget (scripts/claims.py --updates), set beside a converged run's end
@@ -398,11 +402,15 @@ def nll_and_bleu(validation):
 
 def averaged_range(record):
     """The checkpoints a converged run's averaged score is the mean of, as "N: updates A-B"."""
+    from fairseq_layernorm_plugins.recipes.checkpoints import checkpoint_update
+
+    if "averaged_error" in record:
+        return f"failed: {record['averaged_error']}"
     names = record.get("averaged")
     if not names:
         return "n/a"
-    updates = [name.rsplit("_", 1)[-1].removesuffix(".pt") for name in names]
-    return f"{len(names)}: updates {updates[0]}-{updates[-1]}" if len(names) > 1 else names[0]
+    updates = [checkpoint_update(name) for name in names]
+    return f"{len(names)}: updates {updates[0]}-{updates[-1]}" if None not in updates else ", ".join(names)
 
 
 def extended_note(records):
