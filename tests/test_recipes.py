@@ -163,6 +163,31 @@ def test_b2t_authors_settings(tiny_data_bin):
     assert _args("wmt14/b2t_released/2022/b2t", "6L-6L", tiny_data_bin).dropout == 0.3
 
 
+def test_dlcl_authors_wmt_runs(tiny_data_bin):
+    """The DLCL paper's own WMT runs as its authors' scripts (wangqiangneu/dlcl c632ee2): the
+    same command for both variants but for Adam's beta2 and their archs' dropouts; 30 or 25
+    encoder layers over 6, and their own evaluation (last 5 epochs, beam 4, lenpen 0.6,
+    compound-split BLEU)."""
+    pre = _args("wmt14/dlcl_paper/dlcl", "30L-6L", tiny_data_bin)
+    post = _args("wmt14/dlcl_paper/dlcl_postnorm", "25L-6L", tiny_data_bin)
+    assert (pre.encoder_layers, pre.decoder_layers, post.encoder_layers, post.decoder_layers) == (30, 6, 25, 6)
+    assert pre.encoder_normalize_before and pre.decoder_normalize_before
+    assert not post.encoder_normalize_before and not post.decoder_normalize_before
+    for args in (pre, post):
+        assert args.lr == [0.002] and args.warmup_updates == 16000 and args.warmup_init_lr == 1e-7
+        assert args.max_epoch == 20 and args.clip_norm == 0.0 and args.weight_decay == 0.0 and not args.fp16
+        assert args.share_all_embeddings and args.encoder_embed_dim == 512 and args.encoder_ffn_embed_dim == 2048
+        assert args.dropout == 0.1 and args.label_smoothing == 0.1 and args.init_style == "paper"
+    assert (pre.adam_betas, pre.attention_dropout, pre.activation_dropout) == ("(0.9, 0.997)", 0.1, 0.1)
+    assert (post.adam_betas, post.attention_dropout, post.activation_dropout) == ("(0.9, 0.98)", 0.0, 0.0)
+    for name in ("dlcl", "dlcl_postnorm"):
+        recipe = load_recipe(f"wmt14/dlcl_paper/{name}")
+        assert recipe.tokens_per_update == 8 * 4096 * 2  # 8 GPUs x --max-tokens 4096 x --update-freq 2
+        generate = recipe.data["generate"]
+        assert (generate["beam"], generate["lenpen"], generate["average_last"]) == (4, 0.6, 5)
+        assert generate["bleu"] == recipe.data["paper"]["compare"] == "compound_split"
+
+
 def test_b2t_2023_release(tiny_data_bin):
     """takase/b2t_connection README at 6d97ab8: 18L-18L fp16, clip 0.1, dropout 0.5, word dropout
     0.1/0.1 and the code's N^-0.5 rescale; 6L-6L dropout 0.3 without word dropout."""
