@@ -188,6 +188,25 @@ def test_dlcl_authors_wmt_runs(tiny_data_bin):
         assert generate["bleu"] == recipe.data["paper"]["compare"] == "compound_split"
 
 
+def test_residual_authors_wmt_config(tiny_data_bin):
+    """wmt14/residual is microsoft/ResiDual's hydra_config/wmt.yaml: Transformer base at 6L or
+    12L, dropout 0.3/0.1/0.1, Adam lr 1e-3 with 4000 warm-up, wd 1e-4, 4096 x 16 tokens, 50k
+    updates; their fairseq 0.12.2 layers' initialisation."""
+    for depth, layers in (("6L-6L", 6), ("12L-12L", 12)):
+        args = _args("wmt14/residual", depth, tiny_data_bin, gpus=1)
+        assert (args.encoder_layers, args.decoder_layers, args.encoder_embed_dim, args.encoder_ffn_embed_dim) == (
+            layers,
+            layers,
+            512,
+            2048,
+        )
+        assert (args.dropout, args.attention_dropout, args.activation_dropout) == (0.3, 0.1, 0.1)
+        assert args.lr == [0.001] and args.warmup_updates == 4000 and args.weight_decay == 0.0001
+        assert args.max_tokens * args.update_freq[0] == 4096 * 16 and args.max_update == 50000
+        assert args.clip_norm == 0.0 and args.share_all_embeddings and args.init_style == "fairseq"
+        assert args.eval_bleu and args.eval_bleu_detok == "moses" and args.eval_bleu_remove_bpe == "@@ "
+
+
 def test_b2t_2023_release(tiny_data_bin):
     """takase/b2t_connection README at 6d97ab8: 18L-18L fp16, clip 0.1, dropout 0.5, word dropout
     0.1/0.1 and the code's N^-0.5 rescale; 6L-6L dropout 0.3 without word dropout."""
