@@ -74,7 +74,16 @@ import time
 from pathlib import Path
 
 from fairseq_layernorm_plugins.recipes import experiment, render
-from fairseq_layernorm_plugins.recipes.claim import Claim, Run, budget, claim_dir, run_spec, train_run, unigram_of
+from fairseq_layernorm_plugins.recipes.claim import (
+    UPDATES,
+    Claim,
+    Run,
+    budget,
+    claim_dir,
+    run_spec,
+    train_run,
+    unigram_of,
+)
 from fairseq_layernorm_plugins.recipes.experiment import REPO, seed_path
 from fairseq_layernorm_plugins.recipes.specs import same_run
 
@@ -261,7 +270,7 @@ def main(argv=None):
     parser.add_argument("claim", nargs="?", choices=sorted(CLAIMS))
     parser.add_argument("--list", action="store_true", help="print the claims and their runs, and exit")
     parser.add_argument("--runs-only", nargs="+", metavar="LABEL", help="train only these runs of the claim")
-    parser.add_argument("--updates", type=int, default=2000, help="updates per run (default 2000)")
+    parser.add_argument("--updates", type=int, default=UPDATES, help=f"updates per run (default {UPDATES})")
     parser.add_argument("--validate-every", type=int, default=200, help="validate every N updates (default 200)")
     parser.add_argument(
         "--patience",

@@ -59,12 +59,16 @@ def cell_recipe(method, depth, lr, warmup, updates, width, max_tokens, optimizer
     )
 
 
-def cell_spec(cell, args):
-    """What decides a cell's outcome beyond the grid's budget: its fairseq options and its
-    architecture's defaults (``specs.recorded``)."""
+def recipe_of(cell, args):
+    """The recipe of ``cell`` (method, depth, lr, warm-up) under the grid's budget ``args``."""
     method, depth, lr, warmup = cell
-    recipe = cell_recipe(method, depth, lr, warmup, args.updates, args.width, args.max_tokens, args.optimizer)
-    return specs.recorded({"fairseq": recipe.fairseq})
+    return cell_recipe(method, depth, lr, warmup, args.updates, args.width, args.max_tokens, args.optimizer)
+
+
+def cell_spec(cell, args, recipe=None):
+    """What decides a cell's outcome beyond the grid's budget: its fairseq options and its
+    architecture's defaults (``specs.recorded``); ``recipe``: the cell's, when already built."""
+    return specs.recorded({"fairseq": (recipe or recipe_of(cell, args)).fairseq})
 
 
 def kept_cells(records, keys, args):
@@ -82,12 +86,12 @@ def kept_cells(records, keys, args):
 def run_cell(cell, args):
     """Train and test one cell (method, depth, lr, warm-up) afresh; returns its record for OUT.json."""
     method, depth, lr, warmup = cell
-    recipe = cell_recipe(method, depth, lr, warmup, args.updates, args.width, args.max_tokens, args.optimizer)
+    recipe = recipe_of(cell, args)
     run_dir = Path(args.runs) / f"{method}.{depth}.lr{lr:g}.{'warmup' if warmup else 'nowarmup'}"
     shutil.rmtree(run_dir, ignore_errors=True)  # a cell not in OUT.json was interrupted: start it afresh
     extra = ["--no-epoch-checkpoints", "--validate-interval-updates", str(args.updates), "--no-progress-bar"]
     outcome = experiment.train_and_test(recipe, run_dir, args.data, args.seed, extra, bleu="tokenized")
-    record = {"method": method, "depth": depth, "lr": lr, "warmup": warmup, "spec": cell_spec(cell, args)}
+    record = {"method": method, "depth": depth, "lr": lr, "warmup": warmup, "spec": cell_spec(cell, args, recipe)}
     record.update({"error": outcome.error} if outcome.error else {})
     return record | {
         "status": outcome.status(unigram_bits(args.data)),

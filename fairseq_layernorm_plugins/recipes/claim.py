@@ -19,6 +19,7 @@ from fairseq_layernorm_plugins.recipes.curves import unigram_bits
 LANGUAGE_MODEL_CORPORA = ("wikitext2",)
 BUDGET = ("updates", "validate_every", "max_tokens", "seed")  # with each run's spec: what makes runs comparable
 UNTIL_CONVERGED = ("patience",)  # part of the budget when set (> 0)
+UPDATES = 2000  # a claim's fixed budget (claims.py --updates), where the early-training findings are read
 # a converged run is scored by checkpoint_best.pt and, as the papers score theirs, by the mean of its
 # last checkpoints: the last 5 of every --validate-every updates (10 epochs on Multi30k at 500; Admin and
 # B2T average their last 10 epochs)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from fairseq_layernorm_plugins.atomic import write_text
 from fairseq_layernorm_plugins.methods import COLOURS
+from fairseq_layernorm_plugins.recipes.claim import UPDATES
 from fairseq_layernorm_plugins.recipes.experiment import seed_results
 from fairseq_layernorm_plugins.recipes.figures import pyplot, save_figure
 from fairseq_layernorm_plugins.recipes.specs import without_defaults
@@ -365,9 +366,6 @@ def scored_validation(record):
     return min(best, key=lambda v: v["nll"]) if best else record["valid"][-1]
 
 
-EARLY_UPDATE = 2000  # the claims' fixed budget (scripts/claims.py --updates), set beside a converged run's end
-
-
 def converged_note(records):
     """Lines saying how each run trained to convergence (``--patience``): where it stopped, its
     best update, its training time."""
@@ -378,15 +376,15 @@ def converged_note(records):
         "checkpoint_best.pt's (lowest validation loss), and beside it, where measured, that of the mean of the "
         f"last checkpoints saved every {budget['validate_every']} updates (the papers average their last ones).",
         "",
-        f"The same runs early in training: their validation at update {EARLY_UPDATE} (where the fixed-budget claims "
+        f"The same runs early in training: their validation at update {UPDATES} (where the fixed-budget claims "
         "stop), beside the best.",
         "",
         "| run | stopped at update | best update | stopped by patience | checkpoints averaged | training hours | "
-        f"valid NLL / BLEU at update {EARLY_UPDATE} | valid NLL / BLEU at best |",
+        f"valid NLL / BLEU at update {UPDATES} | valid NLL / BLEU at best |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in records:
-        early = next((v for v in r["valid"] if v["update"] == EARLY_UPDATE), None)
+        early = next((v for v in r["valid"] if v["update"] == UPDATES), None)
         lines.append(
             f"| {r['label']} | {r['updates']} | {r.get('best_update')} | {'yes' if r.get('stopped_early') else 'no (cap)'} | "
             f"{averaged_range(r)} | {r.get('train_hours', '')} | "
