@@ -135,7 +135,7 @@ CLAIMS = {
         baseline="preln no warm-up",
     ),
     "b2t": Claim(
-        paper="B2T connection (Takase et al. 2023), Table 2 (18L-18L)",
+        paper="B2T connection (Takase et al. 2023), Sec. 6.1 / Table 1 (18L-18L)",
         statement="At 18L-18L with warm-up, Post-LN fails while B2T trains and ends at or above Pre-LN; "
         "B2T without LayerNorm trains.",
         depth="18L-18L",
@@ -162,7 +162,7 @@ CLAIMS = {
 
 CLAIMS["shallow"] = Claim(
     paper="Admin (Liu et al. 2020), Table 2 (6L-6L: Post-LN 35.64, Pre-LN 35.50 on IWSLT14); "
-    "B2T (Takase et al. 2023), Sec. 3 / Table 2 (6L-6L: Post-LN above Pre-LN)",
+    "B2T (Takase et al. 2023), Sec. 6.1 / Table 1 (6L-6L: Post-LN above Pre-LN)",
     statement="At 6L-6L, trained until validation stops improving, Post-LN ends at or above Pre-LN; "
     "Admin, B2T and T-Fixup end level with Post-LN.",
     depth="6L-6L",

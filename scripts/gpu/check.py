@@ -87,7 +87,7 @@ class Budget:
     decode: tuple  # benchmarks/decoding.py arguments
     generate: tuple = ()  # decoding settings over the recipe's (beam 5, last checkpoint)
     layers: int = 6  # transformer_iwslt_de_en's
-    deep_layers: int = 18  # the deep claims' (Admin Table 2, B2T Table 2)
+    deep_layers: int = 18  # the deep claims' (Admin Table 2, B2T Table 1)
     heads: int = 4  # transformer_iwslt_de_en's
 
 
