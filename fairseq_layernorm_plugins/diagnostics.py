@@ -11,7 +11,9 @@ Admin is profiled on the first batch, as in training):
   (Admin Sec. 4.1, Fig. 7-8: the diagonal of its beta_ij), read at each method's own
   ``residual_connection``;
 * :func:`layer_cosine`: mean cosine similarity between the outputs of every pair of
-  layers of a stack (B2T Fig. 5).
+  layers of a stack (B2T Fig. 5);
+* :func:`omega_summary`: an Admin model's omega per sub-layer (mean, min and max over
+  channels), to follow what training does to its profiled residual scale.
 
 All of it goes through the model code: no method's formula is repeated here.
 """
@@ -21,7 +23,7 @@ import copy
 import torch
 from fairseq import options, tasks
 
-from fairseq_layernorm_plugins.admin_profiling import profile_admin_, profiles
+from fairseq_layernorm_plugins.admin_profiling import admin_layers, profile_admin_, profiles
 
 
 def training_args(data_bin, arch, *overrides):
@@ -168,3 +170,17 @@ def layer_cosine(model, sample):
         ]
         result[stack] = [[(a * b).sum(-1).mean().item() for b in outputs] for a in outputs]
     return result
+
+
+def omega_summary(model):
+    """{"encoder" | "decoder": [{"mean", "min", "max"} of omega over its C channels, per
+    sub-layer, bottom to top]} for each stack of Admin's layers (omega: num_sublayers x C);
+    {} for other archs."""
+    return {
+        stack: [
+            {"mean": row.mean().item(), "min": row.min().item(), "max": row.max().item()}
+            for layer in layers
+            for row in layer.omega.detach().float()
+        ]
+        for stack, layers in admin_layers(model).items()
+    }

@@ -13,7 +13,8 @@ as JSON + PNG:
 OUT/diagnostics.json, OUT/grad_norms.png (FFN fc2 gradient norm per layer, deepest
 model), OUT/output_change.png (vs depth: one Adam update and random perturbation),
 OUT/dependency.png (beta_ii per sub-layer, deepest model), OUT/cosine.png (layer-output
-cosine similarity, deepest model). Arguments after ``--`` go to every model built at
+cosine similarity, deepest model); the JSON also holds Admin's omega per sub-layer (mean, min,
+max over channels). Arguments after ``--`` go to every model built at
 initialisation (fairseq flags); a checkpoint keeps the options it was trained with.
 """
 
@@ -35,6 +36,7 @@ def diagnose(model, criterion, sample, seed, lr):
         "output_change_random": D.output_change(model, criterion, sample, "random", seed=seed),
         "dependency": D.dependency(model, sample),
         "cosine": D.layer_cosine(model, sample),
+        "omega": D.omega_summary(model),  # Admin's; {} for other archs
     }
 
 

@@ -94,6 +94,25 @@ def test_layer_cosine_matrix_is_a_similarity_matrix(measured):
     )
 
 
+def test_omega_summary_of_a_profiled_admin_model_is_one_value_per_sublayer(mini_bin):
+    """Profiling fills each sub-layer's omega with one value (the running ratio, which grows
+    from 1 in forward order); archs without omega have none."""
+    model, _, task = D.build(
+        mini_bin, "transformer_admin_iwslt_de_en", *SMALL, "--encoder-layers", 3, "--decoder-layers", 2
+    )
+    sample = D.sample_batch(task, sentences=4)
+    assert all(o == {"mean": 1.0, "min": 1.0, "max": 1.0} for o in D.omega_summary(model)["encoder"])
+    D.prepare_model(model, sample)
+    summary = D.omega_summary(model)
+    assert [len(summary["encoder"]), len(summary["decoder"])] == [6, 6]  # 3 layers x 2, 2 layers x 3 sub-layers
+    for stack, rows in summary.items():
+        assert all(o["min"] == o["max"] == pytest.approx(o["mean"]) for o in rows)
+        means = [o["mean"] for o in rows]
+        assert means == sorted(means) and means[-1] > 1, stack
+    preln, _, _ = D.build(mini_bin, "transformer_preln_iwslt_de_en", *SMALL)
+    assert D.omega_summary(preln) == {}
+
+
 def test_dependency_restores_the_layers(mini_bin):
     model, _, task = D.build(
         mini_bin, "transformer_preln_iwslt_de_en", *SMALL, "--encoder-layers", 2, "--decoder-layers", 2
@@ -138,6 +157,13 @@ def test_a_trained_checkpoint_is_measured_with_its_own_weights_and_options(mini_
     results = written["results"]
     assert list(results) == ["admin"] and list(results["admin"]) == ["3"]
     assert [len(v) for v in results["admin"]["3"]["dependency"].values()] == [6, 6]  # 2 and 3 sub-layers a layer
+    omega = results["admin"]["3"]["omega"]  # per sub-layer, bottom to top, from the trained weights
+    for stack, layers in (("encoder", 3), ("decoder", 2)):
+        rows = torch.cat([state[f"{stack}.layers.{i}.omega"] for i in range(layers)])
+        assert [o["mean"] for o in omega[stack]] == pytest.approx(rows.mean(1).tolist())
+        assert [o["min"] for o in omega[stack]] == rows.min(1).values.tolist()
+        assert [o["max"] for o in omega[stack]] == rows.max(1).values.tolist()
+    assert any(o["min"] < o["max"] for o in omega["encoder"])  # two updates moved the channels apart
     assert (out / "dependency.png").read_bytes()[:4] == b"\x89PNG"
     with pytest.raises(SystemExit):
         diagnose.parse([str(mini_bin), "--out", str(out), "--checkpoints", "no-label-here"])
