@@ -61,6 +61,14 @@ Several seeds in one command share one queue of ``--jobs`` (in the order given):
     python scripts/claims.py shallow --seed 1 2 3 --patience 5 --validate-every 500 --updates 30000 --jobs 2 \\
         --out docs/claims/shallow
 
+Device: ``--device cuda`` trains each run on the GPU instead of one CPU process, ``--jobs`` runs
+sharing it (and decodes there). The run's spec is the CPU run's (the device changes the dropout
+masks and the rounding, not the recipe), so a GPU run completes a CPU seed's set; each record and
+report names its device:
+
+    python scripts/claims.py shallow --seed 2 3 --runs-only postln admin --device cuda --jobs 8 \\
+        --patience 5 --validate-every 500 --updates 30000 --out docs/claims/shallow
+
 Precision: ``--precision fp16`` (or bf16) trains every run in fairseq's --fp16 (on a CPU too), in
 RUNS/CLAIM-fp16; ``--against`` sets each run beside the same run of the claim's OUT.json in
 another precision (here fp32), same budget:
@@ -72,6 +80,8 @@ import argparse
 import json
 import time
 from pathlib import Path
+
+import torch
 
 from fairseq_layernorm_plugins.recipes import experiment, render
 from fairseq_layernorm_plugins.recipes.claim import (
@@ -88,6 +98,7 @@ from fairseq_layernorm_plugins.recipes.experiment import REPO, seed_path
 from fairseq_layernorm_plugins.recipes.specs import same_run
 
 DATA_DIRS = {"multi30k": "multi30k.de-en", "wikitext2": "wikitext-2"}  # under data/
+ADMIN_DROPOUT = {"attention_dropout": 0.1, "activation_dropout": 0.1}  # configs/iwslt14/admin.yaml's, on top of 0.1
 CLAIMS = {
     "preln": Claim(
         paper="Pre-LN (Xiong et al. 2020), Sec. 4.2 / Fig. 4 (Pre-LN), Sec. 3.1 / Fig. 2 (warm-up)",
@@ -175,6 +186,10 @@ CLAIMS["shallow"] = Claim(
         Run("admin", "admin", warmup=500),
         Run("b2t", "b2t", warmup=500),
         Run("tfixup no warm-up", "tfixup"),  # the authors' recipe: no warm-up
+        # controls: the Admin recipe alone has attention and activation dropout 0.1 (Transformer-Clinic's
+        # IWSLT14 commands give them to Post-LN and Pre-LN too); with it, a lead of Admin's is its own
+        Run("postln admin-dropout", "postln", warmup=500, model=ADMIN_DROPOUT),
+        Run("preln admin-dropout", "preln", warmup=500, model=ADMIN_DROPOUT),
     ),
     baseline="preln",
 )
@@ -311,6 +326,13 @@ def main(argv=None):
         "run directories go to RUNS/CLAIM-PRECISION/ (default fp32)",
     )
     parser.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="train each run on one CPU process or on the GPU (cuda: --jobs runs share it; a run's record says "
+        "which; a checkpoint resumes on either) (default cpu)",
+    )
+    parser.add_argument(
         "--against",
         metavar="OTHER.json",
         help="the same claim's OUT.json in another --precision: also writes OUT-vs-PRECISION.{md,png}, each run "
@@ -329,6 +351,8 @@ def main(argv=None):
                 )
         return
     claim = CLAIMS[args.claim]
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: torch sees no CUDA device here")
     unknown = set(args.runs_only or ()) - {r.label for r in claim.runs}
     if unknown:
         parser.error(f"{args.claim} has no run(s) {sorted(unknown)}; see --list")

@@ -110,6 +110,12 @@ def precision(args):
     return getattr(args, "precision", None) or "fp32"
 
 
+def device(args):
+    """Where every run of the claim trains: "cpu" (one process; ``--device``'s default) or "cuda"
+    (one GPU each, ``--jobs`` runs sharing it)."""
+    return getattr(args, "device", None) or "cpu"
+
+
 def run_spec(claim, run, args):
     """(Recipe, spec): the spec is everything that decides the run's outcome (the run, its claim's
     settings and the budget, the fairseq options, a precision other than fp32); a run made with
@@ -129,9 +135,18 @@ def train_run(claim, run, args):
     extra = experiment.validation_flags(
         args.validate_every, args.patience, bleu=not claim.language_model, keep=AVERAGE_LAST if averaging else 1
     )
-    outcome = experiment.train_and_test(recipe, run_dir, args.data_dir, args.seed, extra, precision=precision(args))
+    outcome = experiment.train_and_test(
+        recipe,
+        run_dir,
+        args.data_dir,
+        args.seed,
+        extra,
+        precision=precision(args),
+        cpu_workers=int(device(args) == "cpu"),
+    )
     curves = outcome.curves
     record = {"label": run.label, "method": run.method, "optimizer": run.optimizer, "warmup": run.warmup, "spec": spec}
+    record.update(device=device(args))  # not in the spec: the same run, to rounding (a record without it: cpu)
     record.update({"depth": run.depth} if run.depth else {})
     record.update({"error": outcome.error} if outcome.error else {})
     record.update({"extended_from": earlier} if (earlier := experiment.extended_from(run_dir)) else {})

@@ -161,14 +161,15 @@ def run_training(recipe, run_dir, data, seed, extra=(), precision=None, cpu_work
     return None
 
 
-def train_and_test(recipe, run_dir, data, seed, extra, bleu="sacrebleu", precision=None):
-    """:func:`run_training` on one CPU process (in ``precision``: fp32 unless given), then the
-    test set translated by the recipe's protocol (``evaluate.py``) and scored by ``bleu``
-    ("sacrebleu" or "tokenized"); a language model's scored by its test perplexity."""
+def train_and_test(recipe, run_dir, data, seed, extra, bleu="sacrebleu", precision=None, cpu_workers=1):
+    """:func:`run_training` on one CPU process (``cpu_workers=0``: one GPU; in ``precision``: fp32
+    unless given), then the test set translated by the recipe's protocol (``evaluate.py``, on a GPU
+    where there is one) and scored by ``bleu`` ("sacrebleu" or "tokenized"); a language model's
+    scored by its test perplexity."""
     from fairseq_layernorm_plugins.recipes.evaluate import evaluate
 
     start = time.time()
-    error = run_training(recipe, run_dir, data, seed, extra, precision)
+    error = run_training(recipe, run_dir, data, seed, extra, precision, cpu_workers)
     failed = math.inf if recipe.fairseq["task"]["_name"] == "language_modeling" else 0.0
     try:
         result = {} if error else evaluate(run_dir, echo=lambda *a: None)

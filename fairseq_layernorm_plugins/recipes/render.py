@@ -132,6 +132,7 @@ def claim_report(claim_name, claim, records, commands, out, unigram):
     target = scored_validation(base)["bleu"] if base else None
     inits = sorted({r["spec"]["fairseq"]["model"].get("init_style", "(arch default)") for r in records})
     precisions = sorted({r["spec"].get("precision", "fp32") for r in records})
+    on_gpu = [r["label"] for r in records if r.get("device", "cpu") != "cpu"]
     fp16 = any("loss_scale_min" in r for r in records)
     averaged = any("test_bleu_averaged" in r for r in records)
     lines = [
@@ -141,7 +142,8 @@ def claim_report(claim_name, claim, records, commands, out, unigram):
         f"no-warm-up runs decay after update {claim.decay_after}; validation: greedy SacreBLEU on 1,014 sentences; "
         f"test: beam 5, SacreBLEU on test_2016_flickr. Stalled = final validation NLL not below the unigram "
         f"entropy of the training targets ({unigram:.2f} bits). Initialisation (`--init-style`): {', '.join(inits)}. "
-        f"Precision: {', '.join(precisions)}.",
+        f"Precision: {', '.join(precisions)}. "
+        + (f"Trained on a GPU: {', '.join(on_gpu)}; the others on a CPU." if on_gpu else "Trained on a CPU."),
         "",
         *(converged_note(records) if converged(records) else []),
         *extended_note(records),
