@@ -183,6 +183,33 @@ def test_a_converged_run_is_shown_early_and_at_its_best():
     assert row == "| r | 3000 | 2500 | yes | 2: updates 2500-3000 | 1.5 | 4.250 / 33.50 | 4.000 / 36.00 |"
 
 
+def test_converged_plot_adds_the_late_nll_and_crosses_runs_with_model_options(monkeypatch):
+    """A converged claim's plot has a third panel, the validation NLL from update 2000 on (its
+    y range fitted to those validations); a run with model options of its own is drawn with crosses."""
+    figures = []
+    monkeypatch.setattr(render, "save_report", lambda fig, out, lines: figures.append(fig))
+    valid = [{"update": 1000, "nll": 4.5, "bleu": 30.0}, {"update": 2000, "nll": 4.25, "bleu": 33.5}]
+    valid += [{"update": 2500, "nll": 4.0, "bleu": 36.0}, {"update": 3000, "nll": 4.125, "bleu": 36.5}]
+    spec = {"budget": {"patience": 1, "validate_every": 500, "updates": 30000}, "fairseq": {"model": {}}}
+    record = {"label": "postln warm-up", "method": "postln", "optimizer": "adam", "warmup": 300, "valid": valid}
+    record |= {
+        "spec": {**spec, "run": {}},
+        "status": "trained",
+        "test_bleu": 30.0,
+        "updates": 3000,
+        "best_update": 2500,
+    }
+    control = {**record, "label": "preln no warm-up", "method": "preln", "spec": {**spec, "run": {"model": {"a": 1}}}}
+    for records, panels in (([record, control], 3), ([{k: v for k, v in record.items() if k != "best_update"}], 2)):
+        records = [r | ({"stopped_early": True} if panels == 3 else {}) for r in records]
+        render.claim_report("toy", TOY, records, [], "unused", 8.0)
+        assert len(figures[-1].axes) == panels
+    late = figures[0].axes[2]
+    assert late.get_xlim()[0] == 2000 and late.get_ylim() == pytest.approx((4.0 - 0.02, 4.25 + 0.02))
+    markers = {line.get_label(): line.get_marker() for line in late.get_lines() if not line.get_label().startswith("_")}
+    assert markers == {"postln warm-up": ".", "preln no warm-up": "x"}
+
+
 @pytest.mark.slow(1)
 def test_precision_trains_every_run_in_fp16_and_reports_its_loss_scale(tmp_path, monkeypatch, capsys, multi30k):
     """``--precision fp16``: fairseq's --fp16 (on this CPU), runs in RUNS/CLAIM-fp16, the

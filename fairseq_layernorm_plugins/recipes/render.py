@@ -119,7 +119,9 @@ def lm_claim_report(claim_name, claim, records, commands, out, unigram):
 def claim_report(claim_name, claim, records, commands, out, unigram):
     """OUT.md (table: status, the validation NLL and BLEU of the checkpoint scored (the last, or
     a converged run's best), the best validation BLEU, updates to the baseline's scored validation
-    BLEU, test BLEU, the averaged checkpoints' test BLEU where measured) and OUT.png (validation BLEU and NLL against updates) of the
+    BLEU, test BLEU, the averaged checkpoints' test BLEU where measured) and OUT.png (validation BLEU and NLL
+    against updates; converged runs: also the NLL from update UPDATES on; runs with model options of their own
+    drawn with crosses) of the
     runs of ``claim`` (``claim.Claim``); returns the markdown. ``unigram``: the stall threshold in bits."""
     if claim.language_model:
         return lm_claim_report(claim_name, claim, records, commands, out, unigram)
@@ -172,7 +174,9 @@ def claim_report(claim_name, claim, records, commands, out, unigram):
         )
 
     plt = pyplot()
-    fig, (ax_bleu, ax_nll) = plt.subplots(1, 2, figsize=(11, 4))
+    late = converged(records)  # a third panel: the validation NLL after the fixed budget, where runs part
+    fig, axes = plt.subplots(1, 3 if late else 2, figsize=(16 if late else 11, 4))
+    ax_bleu, ax_nll = axes[:2]
     styles = ("-", "--", ":", "-.")
     for r in records:
         colour = METHODS[r["method"]].colour
@@ -180,12 +184,25 @@ def claim_report(claim_name, claim, records, commands, out, unigram):
             (0 if r["optimizer"] == "adam" else 1)
             + (2 if r["label"].endswith("no warm-up") or "w/o" in r["label"] else 0)
         ]
+        marker = "x" if r["spec"].get("run", {}).get("model") else "."  # a run with model options of its own
         updates = [v["update"] for v in r["valid"]]
-        ax_bleu.plot(updates, [v["bleu"] or 0.0 for v in r["valid"]], style, color=colour, label=r["label"], marker=".")
-        ax_nll.plot(updates, [v["nll"] for v in r["valid"]], style, color=colour, label=r["label"], marker=".")
-        if r.get("best_update") is not None and r["valid"]:  # converged: the checkpoint scored
-            best = scored_validation(r)
-            ax_nll.plot(best["update"], best["nll"], "*", color=colour, markersize=11, markeredgecolor="black")
+        ax_bleu.plot(
+            updates, [v["bleu"] or 0.0 for v in r["valid"]], style, color=colour, label=r["label"], marker=marker
+        )
+        for ax in axes[1:]:
+            ax.plot(updates, [v["nll"] for v in r["valid"]], style, color=colour, label=r["label"], marker=marker)
+            if r.get("best_update") is not None and r["valid"]:  # converged: the checkpoint scored
+                best = scored_validation(r)
+                ax.plot(best["update"], best["nll"], "*", color=colour, markersize=11, markeredgecolor="black")
+    if late:
+        after = [v["nll"] for r in records for v in r["valid"] if v["update"] >= UPDATES]
+        axes[2].set(
+            xlabel="updates",
+            ylabel="validation NLL (bits/token)",
+            title=f"from update {UPDATES} on",
+            xlim=(UPDATES, max(r["updates"] for r in records) * 1.02),
+            **({"ylim": (min(after) - 0.02, max(after) + 0.02)} if after else {}),
+        )
     if target is not None:
         ax_bleu.axhline(target, color="grey", lw=0.6)
     ax_nll.axhline(unigram, color="grey", lw=0.6, ls=":", label="unigram entropy")
