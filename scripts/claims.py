@@ -101,7 +101,7 @@ DATA_DIRS = {"multi30k": "multi30k.de-en", "wikitext2": "wikitext-2"}  # under d
 ADMIN_DROPOUT = {"attention_dropout": 0.1, "activation_dropout": 0.1}  # configs/iwslt14/admin.yaml's, on top of 0.1
 CLAIMS = {
     "preln": Claim(
-        paper="Pre-LN (Xiong et al. 2020), Sec. 4.2 / Fig. 4 (Pre-LN), Sec. 3.1 / Fig. 2 (warm-up)",
+        paper="Pre-LN (Xiong et al. 2020), Sec. 4.2 / Fig. 4 (Pre-LN), Sec. 3.2 / Fig. 2 (warm-up)",
         statement="Pre-LN without warm-up reaches the BLEU of Post-LN with warm-up in fewer updates; "
         "Post-LN without warm-up lags or fails.",
         depth="6L-6L",
@@ -131,7 +131,7 @@ CLAIMS = {
         baseline="preln radam",
     ),
     "tfixup": Claim(
-        paper="T-Fixup (Huang et al. 2020), Sec. 5",
+        paper="T-Fixup (Huang et al. 2020), Sec. 4.2 (deep models); Sec. 3.1 / Fig. 3 (no warm-up)",
         statement="A deep model without any LayerNorm trains without warm-up (T-Fixup's initialisation); "
         "Post-LN without warm-up does not.",
         depth="18L-18L",
