@@ -12,6 +12,8 @@ Admin is profiled on the first batch, as in training):
   ``residual_connection``;
 * :func:`layer_cosine`: mean cosine similarity between the outputs of every pair of
   layers of a stack (B2T Fig. 5);
+* :func:`loss_and_scale`: the batch's NLL in bits per target token and the RMS of the
+  decoder's output features (how far an initialisation starts from a uniform guess);
 * :func:`omega_summary`: an Admin model's omega per sub-layer (mean, min and max over
   channels), to follow what training does to its profiled residual scale.
 
@@ -19,6 +21,7 @@ All of it goes through the model code: no method's formula is repeated here.
 """
 
 import copy
+import math
 
 import torch
 from fairseq import options, tasks
@@ -98,6 +101,19 @@ def features(model, sample):
         out, _ = model(**sample["net_input"], features_only=True)
     mask = sample["target"].ne(model.decoder.dictionary.pad())
     return out[mask]
+
+
+def loss_and_scale(model, sample):
+    """{"nll_bits": mean NLL of the target tokens in bits, "output_rms": root mean square of the
+    decoder's output features (T x C per sentence, padding removed)}, eval mode."""
+    model.eval()
+    with torch.no_grad():
+        net_output = model(**sample["net_input"])
+        lprobs = model.get_normalized_probs(net_output, log_probs=True)  # B x T x V
+    mask = sample["target"].ne(model.decoder.dictionary.pad())
+    nll = -lprobs.gather(-1, sample["target"].unsqueeze(-1)).squeeze(-1)[mask]
+    rms = features(model, sample).float().pow(2).mean().sqrt()
+    return {"nll_bits": nll.double().mean().item() / math.log(2), "output_rms": rms.item()}
 
 
 def output_change(model, criterion, sample, kind="adam", lr=1e-3, scale=1e-2, seed=0, relative=False):

@@ -14,7 +14,7 @@ OUT/diagnostics.json, OUT/grad_norms.png (FFN fc2 gradient norm per layer, deepe
 model), OUT/output_change.png (vs depth: one Adam update and random perturbation),
 OUT/dependency.png (beta_ii per sub-layer, deepest model), OUT/cosine.png (layer-output
 cosine similarity, deepest model); the JSON also holds Admin's omega per sub-layer (mean, min,
-max over channels). Arguments after ``--`` go to every model built at
+max over channels), the batch's NLL in bits and the RMS of the decoder's output. Arguments after ``--`` go to every model built at
 initialisation (fairseq flags); a checkpoint keeps the options it was trained with.
 """
 
@@ -37,6 +37,7 @@ def diagnose(model, criterion, sample, seed, lr):
         "dependency": D.dependency(model, sample),
         "cosine": D.layer_cosine(model, sample),
         "omega": D.omega_summary(model),  # Admin's; {} for other archs
+        **D.loss_and_scale(model, sample),  # nll_bits, output_rms
     }
 
 

@@ -113,6 +113,28 @@ def test_omega_summary_of_a_profiled_admin_model_is_one_value_per_sublayer(mini_
     assert D.omega_summary(preln) == {}
 
 
+def test_loss_and_scale_is_the_criterions_nll_and_a_final_layernorms_unit_rms(mini_bin):
+    """nll_bits is fairseq's own NLL of the batch (label-smoothed criterion's nll_loss, in
+    nats summed over tokens) in bits per token; behind a final LayerNorm at initialisation
+    (weight 1, bias 0) every token's features have RMS 1."""
+    import math
+
+    args = D.training_args(
+        mini_bin, "transformer_preln_iwslt_de_en", *SMALL, "--criterion", "label_smoothed_cross_entropy",
+        "--label-smoothing", "0.1",
+    )  # fmt: skip
+    model, criterion, task = D.build_from_args(args)
+    sample = D.sample_batch(task, sentences=8)
+    measured = D.loss_and_scale(model, sample)
+    model.eval()
+    _, _, logged = criterion(model, sample)
+    assert measured["nll_bits"] == pytest.approx(logged["nll_loss"].item() / logged["ntokens"] / math.log(2), rel=1e-5)
+    assert measured["output_rms"] == pytest.approx(1.0, abs=1e-3)
+    assert (
+        0.5 * math.log2(len(task.target_dictionary)) < measured["nll_bits"] < 2 * math.log2(len(task.target_dictionary))
+    )
+
+
 def test_dependency_restores_the_layers(mini_bin):
     model, _, task = D.build(
         mini_bin, "transformer_preln_iwslt_de_en", *SMALL, "--encoder-layers", 2, "--decoder-layers", 2
