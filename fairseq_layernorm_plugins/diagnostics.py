@@ -108,11 +108,11 @@ def loss_and_scale(model, sample):
     decoder's output features (T x C per sentence, padding removed)}, eval mode."""
     model.eval()
     with torch.no_grad():
-        net_output = model(**sample["net_input"])
-        lprobs = model.get_normalized_probs(net_output, log_probs=True)  # B x T x V
+        out, extra = model(**sample["net_input"], features_only=True)  # B x T x C
+        lprobs = model.get_normalized_probs((model.decoder.output_layer(out), extra), log_probs=True)  # B x T x V
     mask = sample["target"].ne(model.decoder.dictionary.pad())
     nll = -lprobs.gather(-1, sample["target"].unsqueeze(-1)).squeeze(-1)[mask]
-    rms = features(model, sample).float().pow(2).mean().sqrt()
+    rms = out[mask].float().pow(2).mean().sqrt()
     return {"nll_bits": nll.double().mean().item() / math.log(2), "output_rms": rms.item()}
 
 

@@ -64,7 +64,7 @@ Several seeds in one command share one queue of ``--jobs`` (in the order given):
 Device: ``--device cuda`` trains each run on the GPU instead of one CPU process, ``--jobs`` runs
 sharing it (and decodes there). The run's spec is the CPU run's (the device changes the dropout
 masks and the rounding, not the recipe), so a GPU run completes a CPU seed's set; each record and
-report names its device:
+report names the devices it trained on:
 
     python scripts/claims.py shallow --seed 2 3 --runs-only postln admin --device cuda --jobs 8 \\
         --patience 5 --validate-every 500 --updates 30000 --out docs/claims/shallow
@@ -329,8 +329,8 @@ def main(argv=None):
         "--device",
         choices=("cpu", "cuda"),
         default="cpu",
-        help="train each run on one CPU process or on the GPU (cuda: --jobs runs share it; a run's record says "
-        "which; a checkpoint resumes on either) (default cpu)",
+        help="train and decode each run on one CPU process or on the GPU (cuda: --jobs runs share it); a run's "
+        "record names every device it trained on, resumed on either (default cpu)",
     )
     parser.add_argument(
         "--against",

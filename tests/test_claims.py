@@ -260,41 +260,53 @@ def test_precision_trains_every_run_in_fp16_and_reports_its_loss_scale(tmp_path,
     assert "holds runs made with" in capsys.readouterr().err
 
 
+@pytest.mark.slow(1)
 def test_device_cuda_trains_each_run_on_the_gpu_and_says_so(tmp_path, monkeypatch, capsys, multi30k):
     """``--device cuda``: refused where torch sees no GPU; otherwise each run is launched on one
-    GPU (no fairseq ``--cpu``), its record and the report say so, and its spec is the CPU run's
-    (a checkpoint resumes on either). The launch is checked here, then trained on this CPU."""
+    GPU (no fairseq ``--cpu``, a world of one GPU) and decoded there, its record and the report
+    say so, and its spec is the CPU run's: a run begun on a CPU goes on on the GPU, and its record
+    names both. The launches are checked here, then trained on this CPU."""
     import torch
 
-    from fairseq_layernorm_plugins.recipes import experiment
+    from fairseq_layernorm_plugins.recipes import evaluate, experiment
     from fairseq_layernorm_plugins.recipes.launch import Launch
 
     monkeypatch.setitem(claims.CLAIMS, "toy", claims.Claim(**{**TOY.__dict__, "runs": TOY.runs[1:]}))
-    args = ["toy", "--updates", "20", "--validate-every", "10", "--test-lines", "20", "--device", "cuda"]
+    args = ["toy", "--validate-every", "10", "--test-lines", "20", "--updates"]
     where = ["--data-dir", str(multi30k), "--runs", str(tmp_path / "runs")]
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(SystemExit):
-        claims.main([*args, *where])
+        claims.main([*args, "20", "--device", "cuda", *where])
     assert "--device cuda: torch sees no CUDA device here" in capsys.readouterr().err
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    launched, train = [], experiment.run_training
+    launched, decoded, train, score = [], [], experiment.run_training, evaluate.evaluate
 
     def on_this_cpu(recipe, run_dir, data, seed, extra=(), precision=None, cpu_workers=1):
         launch = Launch(recipe, "DATA", "SAVE", cpu_workers=cpu_workers, precision=precision, seed=seed)
         launched.append((cpu_workers, launch.fairseq_args()))
         return train(recipe, run_dir, data, seed, extra, precision, cpu_workers=1)
 
+    def decoding(*args, cpu=None, **kwargs):
+        decoded.append(cpu)
+        return score(*args, cpu=True, **kwargs)
+
     monkeypatch.setattr(experiment, "run_training", on_this_cpu)
-    claims.main([*args, *where])
-    ((workers, fairseq_args),) = launched
-    assert workers == 0 and "--cpu" not in fairseq_args
+    monkeypatch.setattr(evaluate, "evaluate", decoding)
+    claims.main([*args, "10", "--device", "cpu", *where, "--out", str(tmp_path / "first")])  # begun on a CPU
+    claims.main([*args, "20", "--device", "cuda", *where])  # goes on on the GPU
+    (cpu_workers, cpu_args), (workers, fairseq_args) = launched
+    assert (cpu_workers, workers, decoded) == (1, 0, [True, False])
+    assert "--cpu" in cpu_args and "--cpu" not in fairseq_args
+    world = fairseq_args.index("--distributed-world-size")
+    assert fairseq_args[world + 1] == "1"  # not every GPU the node has
     (record,) = json.loads((tmp_path / "runs" / "toy.json").read_text())["runs"]
-    assert record["device"] == "cuda" and record["updates"] == 20
-    assert "Trained on a GPU: preln no warm-up; the others on a CPU." in (tmp_path / "runs" / "toy.md").read_text()
+    assert record["device"] == "cpu+cuda" and record["updates"] == 20
+    markdown = (tmp_path / "runs" / "toy.md").read_text()
+    assert "Trained on a GPU: preln no warm-up (cpu+cuda); the others on a CPU." in markdown
     capsys.readouterr()
-    claims.main([*args[:-1], "cpu", *where])  # the same run: nothing to train again on a CPU
-    assert "toy: 1 of 1 runs done; training 0" in capsys.readouterr().out and len(launched) == 1
+    claims.main([*args, "20", "--device", "cpu", *where])  # the same run: nothing to train again on a CPU
+    assert "toy: 1 of 1 runs done; training 0" in capsys.readouterr().out and len(launched) == 2
 
 
 def test_claim_report_of_runs_without_the_baseline(tmp_path):

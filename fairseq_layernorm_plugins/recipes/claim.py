@@ -10,9 +10,11 @@ language model's test perplexity), updates and training time. ``args`` below are
 ``scripts/claims.py``'s options.
 """
 
+import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from fairseq_layernorm_plugins.atomic import write_json
 from fairseq_layernorm_plugins.recipes import experiment, specs
 from fairseq_layernorm_plugins.recipes.curves import unigram_bits
 
@@ -111,9 +113,19 @@ def precision(args):
 
 
 def device(args):
-    """Where every run of the claim trains: "cpu" (one process; ``--device``'s default) or "cuda"
-    (one GPU each, ``--jobs`` runs sharing it)."""
+    """Where every run of the claim trains and decodes: "cpu" (one process; ``--device``'s default)
+    or "cuda" (one GPU each, ``--jobs`` runs sharing it)."""
     return getattr(args, "device", None) or "cpu"
+
+
+def devices(run_dir, now):
+    """Every device the run in ``run_dir`` has trained on, in order, ``now`` last (RUN/devices.json,
+    kept across resumes; a run begun before it was kept: the device of its later calls)."""
+    path = Path(run_dir) / "devices.json"
+    seen = json.loads(path.read_text()) if path.exists() else []
+    seen += [] if seen[-1:] == [now] else [now]
+    write_json(path, seen)
+    return seen
 
 
 def run_spec(claim, run, args):
@@ -135,18 +147,14 @@ def train_run(claim, run, args):
     extra = experiment.validation_flags(
         args.validate_every, args.patience, bleu=not claim.language_model, keep=AVERAGE_LAST if averaging else 1
     )
+    on_cpu = device(args) == "cpu"
+    trained_on = devices(run_dir, device(args))
     outcome = experiment.train_and_test(
-        recipe,
-        run_dir,
-        args.data_dir,
-        args.seed,
-        extra,
-        precision=precision(args),
-        cpu_workers=int(device(args) == "cpu"),
+        recipe, run_dir, args.data_dir, args.seed, extra, precision=precision(args), cpu_workers=int(on_cpu)
     )
     curves = outcome.curves
     record = {"label": run.label, "method": run.method, "optimizer": run.optimizer, "warmup": run.warmup, "spec": spec}
-    record.update(device=device(args))  # not in the spec: the same run, to rounding (a record without it: cpu)
+    record.update(device="+".join(trained_on))  # not in the spec (a record without it: cpu)
     record.update({"depth": run.depth} if run.depth else {})
     record.update({"error": outcome.error} if outcome.error else {})
     record.update({"extended_from": earlier} if (earlier := experiment.extended_from(run_dir)) else {})
@@ -175,11 +183,11 @@ def train_run(claim, run, args):
         stopped = "early stop since valid performance" in (run_dir / "train.log").read_text(errors="replace")
         record.update(best_update=best and best["update"], stopped_early=stopped)
     if averaging and not outcome.error:
-        record.update(averaged_score(run_dir))
+        record.update(averaged_score(run_dir, cpu=on_cpu))
     return record
 
 
-def averaged_score(run_dir):
+def averaged_score(run_dir, cpu=True):
     """{"test_bleu_averaged", "averaged"}: the test set's SacreBLEU (the claim's beam) of the mean
     of the run's last :data:`AVERAGE_LAST` update checkpoints (their names, oldest first; fewer
     where fewer were kept, checkpoint_last.pt where none was), scored in RUN/averageN/ beside
@@ -189,7 +197,7 @@ def averaged_score(run_dir):
 
     out = Path(run_dir) / f"average{AVERAGE_LAST}"
     try:
-        result = evaluate(run_dir, average_last=AVERAGE_LAST, kind="update", echo=lambda *a: None, out_dir=out)
+        result = evaluate(run_dir, average_last=AVERAGE_LAST, kind="update", echo=lambda *a: None, out_dir=out, cpu=cpu)
     except RuntimeError as err:
         return {"averaged_error": str(err).splitlines()[0]}
     finally:

@@ -163,8 +163,8 @@ def run_training(recipe, run_dir, data, seed, extra=(), precision=None, cpu_work
 
 def train_and_test(recipe, run_dir, data, seed, extra, bleu="sacrebleu", precision=None, cpu_workers=1):
     """:func:`run_training` on one CPU process (``cpu_workers=0``: one GPU; in ``precision``: fp32
-    unless given), then the test set translated by the recipe's protocol (``evaluate.py``, on a GPU
-    where there is one) and scored by ``bleu`` ("sacrebleu" or "tokenized"); a language model's
+    unless given), then the test set translated by the recipe's protocol (``evaluate.py``, on the
+    same device) and scored by ``bleu`` ("sacrebleu" or "tokenized"); a language model's
     scored by its test perplexity."""
     from fairseq_layernorm_plugins.recipes.evaluate import evaluate
 
@@ -172,7 +172,7 @@ def train_and_test(recipe, run_dir, data, seed, extra, bleu="sacrebleu", precisi
     error = run_training(recipe, run_dir, data, seed, extra, precision, cpu_workers)
     failed = math.inf if recipe.fairseq["task"]["_name"] == "language_modeling" else 0.0
     try:
-        result = {} if error else evaluate(run_dir, echo=lambda *a: None)
+        result = {} if error else evaluate(run_dir, cpu=bool(cpu_workers), echo=lambda *a: None)
         score = (
             failed
             if error

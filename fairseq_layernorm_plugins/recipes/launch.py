@@ -99,7 +99,7 @@ class Launch:
             distributed.update(distributed_world_size=self.workers, distributed_port=self.master_port)
         elif self.nodes > 1:
             raise ValueError("multi-node training runs under SLURM (scripts/submit.py)")
-        elif self.gpus > 1:
+        elif not self.cpu_workers:  # the GPUs asked for; fairseq's default is every GPU it sees
             distributed.update(distributed_world_size=self.gpus)
         return fairseq
 

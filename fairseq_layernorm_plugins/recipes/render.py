@@ -64,6 +64,19 @@ def claim_progress(run, record):
     )
 
 
+def device_note(records, prefix=None):
+    """The sentence naming the runs of ``records`` trained on a GPU (their record's "device",
+    "cpu" when absent; "cpu+cuda": resumed on the other), each as ``prefix(record) + label``."""
+    elsewhere = [r for r in records if r.get("device", "cpu") != "cpu"]
+    if not elsewhere:
+        return "Trained on a CPU."
+    named = [
+        f"{prefix(r) if prefix else ''}{r['label']}" + (f" ({r['device']})" if r["device"] != "cuda" else "")
+        for r in elsewhere
+    ]
+    return f"Trained on a GPU: {', '.join(named)}; the others on a CPU."
+
+
 def claim_header(claim_name, claim, commands):
     """The lines every claim report starts with: the claim, the paper, the commands."""
     return [f"### {claim_name}: {claim.paper}", "", f"Claim: {claim.statement}", "", "Made by:", ""] + [
@@ -90,7 +103,7 @@ def lm_claim_report(claim_name, claim, records, commands, out, unigram):
         f"updates, {spec['budget'].get('updates')} updates; validation loss on the whole validation set every "
         f"{spec['budget'].get('validate_every')} updates; test: fairseq-eval-lm of checkpoint_best.pt (blocks of "
         f"256, 128 tokens of context). Stalled = final validation NLL not below the unigram entropy of the "
-        f"training text ({unigram:.2f} bits, perplexity {2**unigram:.0f}).",
+        f"training text ({unigram:.2f} bits, perplexity {2**unigram:.0f}). {device_note(records)}",
         "",
         "| run | depth | status | final valid NLL (bits) | final valid perplexity | best valid perplexity | "
         "test perplexity | minutes |",
@@ -134,7 +147,6 @@ def claim_report(claim_name, claim, records, commands, out, unigram):
     target = scored_validation(base)["bleu"] if base else None
     inits = sorted({r["spec"]["fairseq"]["model"].get("init_style", "(arch default)") for r in records})
     precisions = sorted({r["spec"].get("precision", "fp32") for r in records})
-    on_gpu = [r["label"] for r in records if r.get("device", "cpu") != "cpu"]
     fp16 = any("loss_scale_min" in r for r in records)
     averaged = any("test_bleu_averaged" in r for r in records)
     lines = [
@@ -144,8 +156,7 @@ def claim_report(claim_name, claim, records, commands, out, unigram):
         f"no-warm-up runs decay after update {claim.decay_after}; validation: greedy SacreBLEU on 1,014 sentences; "
         f"test: beam 5, SacreBLEU on test_2016_flickr. Stalled = final validation NLL not below the unigram "
         f"entropy of the training targets ({unigram:.2f} bits). Initialisation (`--init-style`): {', '.join(inits)}. "
-        f"Precision: {', '.join(precisions)}. "
-        + (f"Trained on a GPU: {', '.join(on_gpu)}; the others on a CPU." if on_gpu else "Trained on a CPU."),
+        f"Precision: {', '.join(precisions)}. {device_note(records)}",
         "",
         *(converged_note(records) if converged(records) else []),
         *extended_note(records),
@@ -174,7 +185,8 @@ def claim_report(claim_name, claim, records, commands, out, unigram):
         )
 
     plt = pyplot()
-    late = converged(records)  # a third panel: the validation NLL after the fixed budget, where runs part
+    # converged runs part by hundredths of a bit: a third panel, the validation NLL after the fixed budget
+    late = converged(records) and any(r["updates"] > UPDATES for r in records)
     fig, axes = plt.subplots(1, 3 if late else 2, figsize=(16 if late else 11, 4))
     ax_bleu, ax_nll = axes[:2]
     styles = ("-", "--", ":", "-.")
@@ -195,7 +207,13 @@ def claim_report(claim_name, claim, records, commands, out, unigram):
                 best = scored_validation(r)
                 ax.plot(best["update"], best["nll"], "*", color=colour, markersize=11, markeredgecolor="black")
     if late:
-        after = [v["nll"] for r in records for v in r["valid"] if v["update"] >= UPDATES]
+        after = [  # the trained runs' (a stalled run's NLL would undo the zoom)
+            v["nll"]
+            for r in records
+            if r["status"] == "trained"
+            for v in r["valid"]
+            if v["update"] >= UPDATES and math.isfinite(v["nll"])
+        ]
         axes[2].set(
             xlabel="updates",
             ylabel="validation NLL (bits/token)",
@@ -242,7 +260,11 @@ def claim_seeds_report(claim_name, claim, first):
         "",
         f"Each run as in {Path(first).name}.md, trained again with other `--seed`s (initialisation, dropout and "
         f"data order). Mean ± sample standard deviation over seeds; the differences from {claim.baseline} are "
-        "paired by seed.",
+        "paired by seed. "
+        + device_note(
+            [{**r, "seed": seed} for seed, runs in by_seed.items() for r in runs.values()],
+            prefix=lambda r: f"seed {r['seed']} ",
+        ),
         "",
         f"| run | seeds | test BLEU per seed | test BLEU | {scored} valid NLL | {scored} valid BLEU | "
         f"test BLEU − {claim.baseline}, per seed | mean difference | valid NLL − {claim.baseline} |"
