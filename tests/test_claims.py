@@ -200,7 +200,9 @@ def test_converged_plot_adds_the_late_nll_and_crosses_runs_with_model_options(mo
         "best_update": 2500,
     }
     control = {**record, "label": "preln no warm-up", "method": "preln", "spec": {**spec, "run": {"model": {"a": 1}}}}
-    for records, panels in (([record, control], 3), ([{k: v for k, v in record.items() if k != "best_update"}], 2)):
+    short = {**record, "updates": 1000, "valid": valid[:1]}  # converged before update 2000: nothing to zoom on
+    fixed = {k: v for k, v in record.items() if k != "best_update"}
+    for records, panels in (([record, control], 3), ([fixed], 2), ([short | {"stopped_early": True}], 2)):
         records = [r | ({"stopped_early": True} if panels == 3 else {}) for r in records]
         render.claim_report("toy", TOY, records, [], "unused", 8.0)
         assert len(figures[-1].axes) == panels
