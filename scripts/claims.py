@@ -64,7 +64,8 @@ Several seeds in one command share one queue of ``--jobs`` (in the order given):
 Device: ``--device cuda`` trains each run on the GPU instead of one CPU process, ``--jobs`` runs
 sharing it (and decodes there). The run's spec is the CPU run's (the device changes the dropout
 masks and the rounding, not the recipe), so a GPU run completes a CPU seed's set; each record and
-report names the devices it trained on:
+report names the devices it trained on. ``--report-only`` trains nothing and writes the reports
+from OUT.json (e.g. of runs made on a GPU node):
 
     python scripts/claims.py shallow --seed 2 3 --runs-only postln admin --device cuda --jobs 8 \\
         --patience 5 --validate-every 500 --updates 30000 --out docs/claims/shallow
@@ -265,7 +266,9 @@ class SeedRuns:
     def __init__(self, claim, args, first, argv):
         self.args, self.out = args, seed_path(first, args.seed)
         self.results = experiment.Results(
-            f"{self.out}.json", budget(args), experiment.command_line("scripts/claims.py", argv)
+            f"{self.out}.json",
+            budget(args),
+            None if args.report_only else experiment.command_line("scripts/claims.py", argv),
         )
         specs = {run.label: run_spec(claim, run, args)[1] for run in claim.runs}
         self.done = {
@@ -338,6 +341,11 @@ def main(argv=None):
         help="the same claim's OUT.json in another --precision: also writes OUT-vs-PRECISION.{md,png}, each run "
         "beside its run there",
     )
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="train nothing: write OUT.md and .png (and the seeds report) from the runs OUT.json holds",
+    )
     parser.add_argument("--runs", default=str(REPO / "runs" / "claims"), help="run directories go to RUNS/CLAIM/")
     parser.add_argument("--out", help="writes OUT.md, OUT.png, OUT.json (default: RUNS/CLAIM)")
     args = parser.parse_args(argv)
@@ -365,10 +373,11 @@ def main(argv=None):
     experiment.prepare_corpus(claim.corpus, args.data_dir, test_lines=args.test_lines)  # as the main job prepares it
     wanted = [r for r in claim.runs if not args.runs_only or r.label in args.runs_only]
     seeds = {seed: SeedRuns(claim, seed_args, first, argv) for seed, seed_args in seeds.items()}
-    todo = [(seed, run) for seed, runs in seeds.items() for run in wanted if run.label not in runs.done]
+    missing = [(seed, run) for seed, runs in seeds.items() for run in wanted if run.label not in runs.done]
+    todo = [] if args.report_only else missing
     named = "" if len(seeds) == 1 else f" (seeds {', '.join(map(str, seeds))})"
     print(
-        f"{args.claim}: {len(wanted) * len(seeds) - len(todo)} of {len(wanted) * len(seeds)} runs done{named}; "
+        f"{args.claim}: {len(wanted) * len(seeds) - len(missing)} of {len(wanted) * len(seeds)} runs done{named}; "
         f"training {len(todo)}, {args.jobs} at once"
     )
     start = time.time()

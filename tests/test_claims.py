@@ -310,6 +310,14 @@ def test_device_cuda_trains_each_run_on_the_gpu_and_says_so(tmp_path, monkeypatc
     claims.main([*args, "20", "--device", "cpu", *where])  # the same run: nothing to train again on a CPU
     assert "toy: 1 of 1 runs done; training 0" in capsys.readouterr().out and len(launched) == 2
 
+    # the report of what a GPU made, written again here: the run not yet made is not trained
+    monkeypatch.setitem(claims.CLAIMS, "toy", TOY)
+    report = tmp_path / "runs" / "toy.md"
+    report.unlink()
+    claims.main([*args, "20", *where, "--report-only"])  # the GPU call's report; this command not among its makers
+    assert "toy: 1 of 2 runs done; training 0" in capsys.readouterr().out and len(launched) == 2
+    assert report.read_text() == markdown
+
 
 def test_claim_report_of_runs_without_the_baseline(tmp_path):
     """A claim run in part (``--runs-only``) without its baseline: the column that counts

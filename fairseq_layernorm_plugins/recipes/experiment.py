@@ -318,8 +318,8 @@ def command_line(script, argv=None):
 
 class Results:
     """OUT.json of an experiment: the commands that made it, its budget and one record per
-    finished run (under ``kind``: "runs", "cells"), written again after each run. A later
-    command adds runs to it, under the same budget only (``earlier``: the values of budget
+    finished run (under ``kind``: "runs", "cells"), written again after each run, with
+    ``command`` (None: one that makes nothing, e.g. a report). A later command adds runs to it, under the same budget only (``earlier``: the values of budget
     entries added since the file was written); it exits naming both budgets otherwise."""
 
     def __init__(self, path, budget, command, kind="runs", earlier=None):
@@ -332,7 +332,7 @@ class Results:
             sys.exit(
                 f"error: {self.path} holds {kind} made with {made_with}, not {budget}; use another --out or remove it"
             )
-        self.commands = previous["commands"] + ([command] if command not in previous["commands"] else [])
+        self.commands = previous["commands"] + ([command] if command and command not in previous["commands"] else [])
         self.records = previous[kind]
 
     def write(self, records):
