@@ -359,7 +359,7 @@ def main(argv=None):
                 )
         return
     claim = CLAIMS[args.claim]
-    if args.device == "cuda" and not torch.cuda.is_available():
+    if args.device == "cuda" and not args.report_only and not torch.cuda.is_available():
         parser.error("--device cuda: torch sees no CUDA device here")
     unknown = set(args.runs_only or ()) - {r.label for r in claim.runs}
     if unknown:
@@ -391,8 +391,10 @@ def main(argv=None):
     unigram = unigram_of(claim, args.data_dir)
     for runs in seeds.values():
         out, done = runs.out, list(runs.done.values())
+        if not done:  # a seed none of whose runs is made yet (--report-only)
+            continue
         print(render.claim_report(args.claim, claim, done, runs.results.commands, out, unigram))
-        print(f"wrote {out}.md, .png, .json")
+        print(f"wrote {out}.md, .png" + ("" if args.report_only else ", .json"))
         if against and done:
             beside = f"{out}-vs-{against[0]}"
             print(render.precision_report(args.claim, claim, done, against[1], beside))

@@ -185,7 +185,8 @@ def test_a_converged_run_is_shown_early_and_at_its_best():
 
 def test_converged_plot_adds_the_late_nll_and_crosses_runs_with_model_options(monkeypatch):
     """A converged claim's plot has a third panel, the validation NLL from update 2000 on (its
-    y range fitted to those validations); a run with model options of its own is drawn with crosses."""
+    y range fitted to those validations), unless no run got past update 2000; a run with model
+    options of its own is drawn with crosses."""
     figures = []
     monkeypatch.setattr(render, "save_report", lambda fig, out, lines: figures.append(fig))
     valid = [{"update": 1000, "nll": 4.5, "bleu": 30.0}, {"update": 2000, "nll": 4.25, "bleu": 33.5}]
@@ -200,7 +201,7 @@ def test_converged_plot_adds_the_late_nll_and_crosses_runs_with_model_options(mo
         "best_update": 2500,
     }
     control = {**record, "label": "preln no warm-up", "method": "preln", "spec": {**spec, "run": {"model": {"a": 1}}}}
-    short = {**record, "updates": 1000, "valid": valid[:1]}  # converged before update 2000: nothing to zoom on
+    short = {**record, "updates": 1000, "valid": valid[:1], "best_update": 1000}  # converged before update 2000
     fixed = {k: v for k, v in record.items() if k != "best_update"}
     for records, panels in (([record, control], 3), ([fixed], 2), ([short | {"stopped_early": True}], 2)):
         records = [r | ({"stopped_early": True} if panels == 3 else {}) for r in records]
@@ -311,12 +312,16 @@ def test_device_cuda_trains_each_run_on_the_gpu_and_says_so(tmp_path, monkeypatc
     assert "toy: 1 of 1 runs done; training 0" in capsys.readouterr().out and len(launched) == 2
 
     # the report of what a GPU made, written again here: the run not yet made is not trained
+    # (on a machine without a GPU, the GPU command itself; a seed with nothing made gets no report)
     monkeypatch.setitem(claims.CLAIMS, "toy", TOY)
-    report = tmp_path / "runs" / "toy.md"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    report, results = tmp_path / "runs" / "toy.md", (tmp_path / "runs" / "toy.json").read_text()
     report.unlink()
-    claims.main([*args, "20", *where, "--report-only"])  # the GPU call's report; this command not among its makers
-    assert "toy: 1 of 2 runs done; training 0" in capsys.readouterr().out and len(launched) == 2
-    assert report.read_text() == markdown
+    claims.main([*args, "20", "--device", "cuda", *where, "--seed", "1", "2", "--report-only"])
+    assert "toy: 1 of 4 runs done (seeds 1, 2); training 0" in capsys.readouterr().out and len(launched) == 2
+    assert report.read_text() == markdown  # the GPU call's report; this command not among its makers
+    assert (tmp_path / "runs" / "toy.json").read_text() == results
+    assert not (tmp_path / "runs" / "toy-seed2.md").exists()
 
 
 def test_claim_report_of_runs_without_the_baseline(tmp_path):

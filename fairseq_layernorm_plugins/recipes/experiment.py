@@ -319,7 +319,8 @@ def command_line(script, argv=None):
 class Results:
     """OUT.json of an experiment: the commands that made it, its budget and one record per
     finished run (under ``kind``: "runs", "cells"), written again after each run, with
-    ``command`` (None: one that makes nothing, e.g. a report). A later command adds runs to it, under the same budget only (``earlier``: the values of budget
+    ``command`` (None: one that makes nothing, e.g. a report). A later command adds runs
+    to it, under the same budget only (``earlier``: the values of budget
     entries added since the file was written); it exits naming both budgets otherwise."""
 
     def __init__(self, path, budget, command, kind="runs", earlier=None):
