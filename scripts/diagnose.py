@@ -14,8 +14,9 @@ OUT/diagnostics.json, OUT/grad_norms.png (FFN fc2 gradient norm per layer, deepe
 model), OUT/output_change.png (vs depth: one Adam update and random perturbation),
 OUT/dependency.png (beta_ii per sub-layer, deepest model), OUT/cosine.png (layer-output
 cosine similarity, deepest model); the JSON also holds Admin's omega per sub-layer (mean, min,
-max over channels), the batch's NLL in bits and the RMS of the decoder's output. Arguments after ``--`` go to every model built at
-initialisation (fairseq flags); a checkpoint keeps the options it was trained with.
+max over channels), the batch's NLL in bits and the RMS of the decoder's output. Arguments
+after ``--`` go to every model built at initialisation (fairseq flags); a checkpoint keeps
+the options it was trained with.
 """
 
 import argparse

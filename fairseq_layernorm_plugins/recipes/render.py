@@ -132,10 +132,10 @@ def lm_claim_report(claim_name, claim, records, commands, out, unigram):
 def claim_report(claim_name, claim, records, commands, out, unigram):
     """OUT.md (table: status, the validation NLL and BLEU of the checkpoint scored (the last, or
     a converged run's best), the best validation BLEU, updates to the baseline's scored validation
-    BLEU, test BLEU, the averaged checkpoints' test BLEU where measured) and OUT.png (validation BLEU and NLL
-    against updates; converged runs: also the NLL from update UPDATES on; runs with model options of their own
-    drawn with crosses) of the
-    runs of ``claim`` (``claim.Claim``); returns the markdown. ``unigram``: the stall threshold in bits."""
+    BLEU, test BLEU, the averaged checkpoints' test BLEU where measured) and OUT.png (validation
+    BLEU and NLL against updates; converged runs: also the NLL from update UPDATES on; runs with
+    model options of their own drawn with crosses) of the runs of ``claim`` (``claim.Claim``);
+    returns the markdown. ``unigram``: the stall threshold in bits."""
     if claim.language_model:
         return lm_claim_report(claim_name, claim, records, commands, out, unigram)
     from fairseq_layernorm_plugins import models  # noqa: F401  (registers every method)
