@@ -270,17 +270,22 @@ class SeedRuns:
             budget(args),
             None if args.report_only else experiment.command_line("scripts/claims.py", argv),
         )
-        specs = {run.label: run_spec(claim, run, args)[1] for run in claim.runs}
-        self.done = {
+        self.specs = {run.label: run_spec(claim, run, args)[1] for run in claim.runs}
+        self.done = self.made_now(self.results.records)
+
+    def made_now(self, records):
+        """{label: record} of ``records`` made as ``args`` would make them now."""
+        return {
             r["label"]: r
-            for r in self.results.records
-            if r["label"] in specs and same_run(r.get("spec"), specs[r["label"]])
+            for r in records
+            if r["label"] in self.specs and same_run(r.get("spec"), self.specs[r["label"]])
         }
 
     def add(self, label, record):
-        """Keep a finished run's record, and write OUT.json again."""
+        """Keep a finished run's record and write OUT.json again, taking in the runs that
+        another command (other ``--runs-only``) finished in it meanwhile."""
         self.done[label] = record
-        self.results.write(self.done.values())
+        self.done = {**self.made_now(self.results.write(self.done.values())), **self.done}
 
 
 def main(argv=None):

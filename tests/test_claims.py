@@ -324,6 +324,32 @@ def test_device_cuda_trains_each_run_on_the_gpu_and_says_so(tmp_path, monkeypatc
     assert not (tmp_path / "runs" / "toy-seed2.md").exists()
 
 
+def test_two_commands_filling_one_claim_at_once_keep_both_runs(tmp_path, monkeypatch, capsys, multi30k):
+    """Two ``claims.py`` commands on one OUT, each with its ``--runs-only``: the one that ends
+    last keeps the other's run in OUT.json and reports both (its training faked here)."""
+    monkeypatch.setitem(claims.CLAIMS, "toy", TOY)
+    args = ["toy", "--updates", "4", "--test-lines", "20", "--data-dir", str(multi30k), "--runs", str(tmp_path)]
+
+    def trained(claim, run, args_of_run):
+        if run.label == "postln warm-up":  # the other command starts and ends while this run trains
+            claims.main([*args, "--runs-only", "preln no warm-up"])
+        spec = claims.run_spec(claim, run, args_of_run)[1]
+        record = {"label": run.label, "method": run.method, "optimizer": run.optimizer, "warmup": run.warmup}
+        record |= {"spec": spec, "status": "trained", "valid": [{"update": 4, "nll": 5.0, "bleu": 1.0}]}
+        return record | {"train_loss": 5.0, "test_bleu": 2.0, "updates": 4, "minutes": 0.1}
+
+    monkeypatch.setattr(claims, "train_run", trained)
+    claims.main([*args, "--runs-only", "postln warm-up"])
+    result = json.loads((tmp_path / "toy.json").read_text())
+    assert [r["label"] for r in result["runs"]] == ["postln warm-up", "preln no warm-up"]
+    assert [c.split("--runs-only ")[1] for c in result["commands"]] == ["'postln warm-up'", "'preln no warm-up'"]
+    markdown = (tmp_path / "toy.md").read_text()
+    assert "| postln warm-up | adam | 300 | trained |" in markdown and "| preln no warm-up | adam | none |" in markdown
+    capsys.readouterr()
+    claims.main(args)
+    assert "toy: 2 of 2 runs done; training 0" in capsys.readouterr().out
+
+
 def test_claim_report_of_runs_without_the_baseline(tmp_path):
     """A claim run in part (``--runs-only``) without its baseline: the column that counts
     updates to the baseline's BLEU names it and says it was not run, instead of "None"."""

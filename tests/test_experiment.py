@@ -234,6 +234,24 @@ def test_results_file_keeps_its_budget_and_the_commands_that_made_it(tmp_path, m
         experiment.Results(path, {"updates": 5}, "third", "cells")
 
 
+def test_results_written_by_two_commands_at_once_keep_each_others_records(tmp_path):
+    path = tmp_path / "out.json"
+    experiment.Results(path, {"updates": 4}, "made stale", "runs").write([{"label": "stale"}])
+    a = experiment.Results(path, {"updates": 4}, "a", "runs")  # both read the file before either writes
+    b = experiment.Results(path, {"updates": 4}, "b", "runs")
+    assert a.write([{"label": "x"}]) == [{"label": "x"}]  # a leaves out the record it read: it stays out
+    assert b.write([{"label": "y"}]) == [{"label": "y"}, {"label": "x"}]
+    # a's record replaced by a's newer one, not kept beside it; b's kept
+    assert a.write([{"label": "x", "new": 1}, {"label": "z"}]) == [
+        {"label": "x", "new": 1},
+        {"label": "z"},
+        {"label": "y"},
+    ]
+    written = json.loads(path.read_text())
+    assert written["runs"] == [{"label": "x", "new": 1}, {"label": "z"}, {"label": "y"}]
+    assert written["commands"] == ["made stale", "a", "b"]
+
+
 def test_seeds_have_their_own_paths_and_results(tmp_path):
     first = tmp_path / "toy"
     assert experiment.seed_path(first, 1) == first and experiment.seed_path(first, 2) == tmp_path / "toy-seed2"

@@ -321,7 +321,9 @@ class Results:
     finished run (under ``kind``: "runs", "cells"), written again after each run, with
     ``command`` (None: one that makes nothing, e.g. a report). A later command adds runs
     to it, under the same budget only (``earlier``: the values of budget
-    entries added since the file was written); it exits naming both budgets otherwise."""
+    entries added since the file was written); it exits naming both budgets otherwise.
+    Commands may fill one OUT.json at once (other runs, other ``--runs-only``): each write
+    keeps the records and commands the others added since this one read the file."""
 
     def __init__(self, path, budget, command, kind="runs", earlier=None):
         self.path, self.budget, self.kind = Path(path), budget, kind
@@ -335,9 +337,18 @@ class Results:
             )
         self.commands = previous["commands"] + ([command] if command and command not in previous["commands"] else [])
         self.records = previous[kind]
+        self._known = list(self.records)  # read at the start or written since: not another command's
 
     def write(self, records):
-        write_json(self.path, {"commands": self.commands, "budget": self.budget, self.kind: list(records)})
+        """Write ``records`` (this command's: any it read and left out stay out) and the records
+        other commands added to the file since this one read it; returns all of them."""
+        records = list(records)
+        now = json.loads(self.path.read_text()) if self.path.exists() else {"commands": [], self.kind: []}
+        theirs = [r for r in now[self.kind] if r not in self._known and r not in records]
+        self._known += records
+        self.commands += [c for c in now["commands"] if c not in self.commands]
+        write_json(self.path, {"commands": self.commands, "budget": self.budget, self.kind: records + theirs})
+        return records + theirs
 
     def train(self, work, todo, jobs, done, key, describe):
         """Run ``work`` on each of ``todo`` (:func:`parallel`), keeping its record in ``done`` under
