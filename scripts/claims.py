@@ -29,7 +29,8 @@ spec (or the budget) changed is trained again from scratch (an option set to fai
 default is no change; a default its architecture fills in is recorded, and a changed one is a
 change: ``recipes.specs``), except that a run given more
 ``--updates`` (with another ``--out``: OUT.json keeps one budget) goes on from where it ended,
-the schedule being the same for any budget.
+the schedule being the same for any budget. Commands may fill one OUT at once, each with
+its ``--runs-only``: each keeps the runs the others finished in OUT.json.
 
 To convergence: ``--patience P`` validates as above and stops a run once its validation loss
 has not improved for P validations in a row, epoch ends included (fairseq's ``--patience``, kept
