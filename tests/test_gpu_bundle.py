@@ -3,6 +3,7 @@
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -114,6 +115,51 @@ def test_install_needs_the_nodes_torch_first(tmp_path):
     )
     proc = subprocess.run(["bash", GPU / "install.sh", tmp_path / "nowhere"], capture_output=True, text=True)
     assert proc.returncode == 2 and "nowhere/wheels: no such folder" in proc.stderr
+
+
+def built_against(fairseq_cuda_kernels=0):
+    """What install.sh records a fairseq wheel built by this interpreter as needing."""
+    import numpy
+    import torch
+
+    python = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    numpy_major = numpy.__version__.split(".")[0]
+    return f"torch {torch.__version__}, {python}, numpy {numpy_major}, CUDA kernels {fairseq_cuda_kernels}"
+
+
+def test_install_takes_a_node_built_wheel_only_when_built_against_the_same_stack(tmp_path):
+    """install.sh installs fairseq from BUNDLE/built/ when BUILT_AGAINST names this interpreter's
+    torch, Python, numpy and CUDA-kernel choice, and compiles the sdist otherwise; a failed build
+    leaves the kept wheel as it was and no staging folder. (Unreadable wheel and sdist of a
+    version nobody has: pip fails at once, after install.sh has chosen.)"""
+    wheels, built = tmp_path / "wheels", tmp_path / "built"
+    wheels.mkdir()
+    built.mkdir()
+    (wheels / "fairseq_fixed-9.9.9.tar.gz").write_bytes(b"not a tarball")
+    wheel = built / "fairseq_fixed-9.9.9-py3-none-any.whl"
+    wheel.write_bytes(b"not a wheel")
+    env = {k: v for k, v in os.environ.items() if k not in ("FAIRSEQ_CUDA_EXTENSIONS", "PIP_CONSTRAINT")}
+    env["PYTHON"] = sys.executable
+
+    def install(stamp):
+        (built / "BUILT_AGAINST").write_text(stamp + "\n")
+        return subprocess.run(["bash", GPU / "install.sh", tmp_path], capture_output=True, text=True, env=env)
+
+    same = install(built_against())
+    assert same.returncode != 0
+    assert f"fairseq-fixed 9.9.9 from {wheel} (built against {built_against()})" in same.stdout
+    assert "compiling" not in same.stdout
+    for stamp in (built_against(1), built_against().replace("torch ", "torch 0.")):
+        other = install(stamp)
+        assert other.returncode != 0
+        assert f"compiling fairseq-fixed 9.9.9 against {built_against()}" in other.stdout
+        assert "from" not in other.stdout.split("compiling")[0]
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["built", "wheels"]  # no staging folder left
+        assert wheel.read_bytes() == b"not a wheel" and (built / "BUILT_AGAINST").read_text() == stamp + "\n"
+    shutil.rmtree(built)  # the first node: nothing kept yet
+    first = subprocess.run(["bash", GPU / "install.sh", tmp_path], capture_output=True, text=True, env=env)
+    assert first.returncode != 0 and f"compiling fairseq-fixed 9.9.9 against {built_against()}" in first.stdout
+    assert [p.name for p in tmp_path.iterdir()] == ["wheels"]
 
 
 def test_training_summary_reads_loss_scale_and_speed():

@@ -8,7 +8,7 @@ import sys
 import threading
 
 import pytest
-from test_gpu_bundle import GPU, collect
+from test_gpu_bundle import GPU, built_against, collect
 
 
 @pytest.mark.slow(4)
@@ -29,6 +29,7 @@ def test_bundle_installs_offline_into_a_node_like_venv(tmp_path):
     node = tmp_path / "node"
     subprocess.run([sys.executable, "-m", "venv", node], check=True)
     python = node / "bin" / "python"
+    import numpy
     import torch
 
     node_packages = [
@@ -57,6 +58,19 @@ def test_bundle_installs_offline_into_a_node_like_venv(tmp_path):
     )
     assert imported.returncode == 0, imported.stderr[-2000:]
     assert imported.stdout.strip() == torch.__version__  # the node's torch, not another
+    node_numpy = subprocess.run(
+        [python, "-c", "import numpy; print(numpy.__version__)"], capture_output=True, text=True
+    )
+    against = built_against().replace(f"numpy {numpy.__version__.split('.')[0]}", f"numpy {node_numpy.stdout[0]}")
+    assert (bundle / "built" / "BUILT_AGAINST").read_text() == against + "\n"
+    kept = list((bundle / "built").glob("fairseq_fixed-0.12.3.1-*.whl"))
+    assert len(kept) == 1 and f"kept the wheel in {bundle / 'built'}" in proc.stdout
+    # a second node with the same stack: the kept wheel, no compiling, the compiled parts there
+    subprocess.run([python, "-m", "pip", "uninstall", "-y", "-q", "fairseq-fixed"], check=True)
+    reused = subprocess.run(["bash", GPU / "install.sh", bundle], capture_output=True, text=True, env=env, timeout=300)
+    assert reused.returncode == 0, reused.stdout[-3000:] + reused.stderr[-3000:]
+    assert f"from {kept[0]}" in reused.stdout and "compiling" not in reused.stdout
+    assert subprocess.run([python, "-c", "from fairseq.data import data_utils_fast"]).returncode == 0
     again = subprocess.run(["bash", GPU / "install.sh", bundle], capture_output=True, text=True, env=env, timeout=300)
     assert again.returncode == 0 and "fairseq-fixed 0.12.3.1 already installed" in again.stdout
 

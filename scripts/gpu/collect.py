@@ -12,6 +12,9 @@ The bundle holds what a node with its own CUDA build of torch lacks, and nothing
 * ``data/iwslt14-mini/``: the IWSLT14-mini data-bin and test references the GPU check
   trains and scores on (``--data``; prepared from ``--iwslt-dir`` when missing).
 
+A ``built/`` folder that ``install.sh`` left in the bundle (fairseq as a node compiled it) is
+kept as it is and counted in the size.
+
 Idempotent: files already downloaded are kept, files no requirement names any more are
 removed. Prints each part's size and fails past ``--limit-mib`` (64 MiB). When pip fails,
 the package index is asked once on its own: a failure while it answers (a bad pin, a
@@ -291,6 +294,7 @@ def main(argv=None):
     except CollectError as err:
         sys.exit(f"collect: error: {err}")
     parts = {"wheels": out / "wheels", "project.tar.gz": out / "project.tar.gz", "data": out / "data"}
+    parts["built"] = out / "built"  # a node's compiled fairseq (install.sh), kept as it is
     total = size(out)
     for label, path in parts.items():
         if path.exists():

@@ -11,7 +11,10 @@
 #                               CUDA_HOME); by default they are skipped: translation does not use them
 #
 # Steps: fairseq-fixed compiled from its sdist against the node's torch (no build isolation, no
-# dependencies: its torchaudio / scikit-learn requirements serve speech code only); the names in
+# dependencies: its torchaudio / scikit-learn requirements serve speech code only) into a wheel
+# kept in BUNDLE/built/ with what it was built against, so that a node with the same torch,
+# Python, numpy and CUDA-kernel choice installs that wheel in seconds (a bundle that is not
+# writable builds in a temporary folder and keeps nothing); the names in
 # scripts/gpu/requirements*.txt the node lacks (lines marked "exact" at their pinned version);
 # this repository in editable mode (fairseq imports --user-dir by folder); then an import check.
 # Idempotent: a second run finds everything installed and only checks.
@@ -43,15 +46,37 @@ sdist=$(ls "$wheels"/fairseq_fixed-*.tar.gz 2>/dev/null | head -n 1)
 [ -n "$sdist" ] || fail "$wheels: no fairseq_fixed-*.tar.gz"
 version=${sdist##*/fairseq_fixed-}
 version=${version%.tar.gz}
+built="$bundle/built"  # fairseq-fixed's wheel as a node compiled it, and BUILT_AGAINST: what it needs
+against=$("$PYTHON" -c '
+import sys, numpy, torch
+numpy_major = numpy.__version__.split(".")[0]
+print(f"torch {torch.__version__}, cp{sys.version_info.major}{sys.version_info.minor}, numpy {numpy_major}", end="")
+')", CUDA kernels ${FAIRSEQ_CUDA_EXTENSIONS:-0}"
+wheel=$(ls "$built"/fairseq_fixed-"$version"-*.whl 2>/dev/null | head -n 1) || true  # none kept yet
 if [ "$("$PYTHON" -m pip show fairseq-fixed 2>/dev/null | sed -n 's/^Version: //p')" = "$version" ]; then
     echo "install: fairseq-fixed $version already installed"
+elif [ -n "$wheel" ] && [ "$(cat "$built/BUILT_AGAINST" 2>/dev/null)" = "$against" ]; then
+    echo "install: fairseq-fixed $version from $wheel (built against $against)"
+    "${pip[@]}" --no-deps "$wheel"
 else
-    echo "install: compiling fairseq-fixed $version against $("$PYTHON" -c 'import torch; print("torch", torch.__version__)') (a few minutes) ..."
+    echo "install: compiling fairseq-fixed $version against $against (a few minutes) ..."
+    staging=$(mktemp -d "$bundle/.built.XXXXXX" 2>/dev/null) || staging=$(mktemp -d)
+    trap 'rm -rf "$staging"' EXIT  # a failed build leaves nothing behind
+    wheel_cmd=("$PYTHON" -m pip wheel --no-index --find-links "$wheels" --disable-pip-version-check --progress-bar off
+        --no-build-isolation --no-deps --wheel-dir "$staging" "$sdist")
     if [ "${FAIRSEQ_CUDA_EXTENSIONS:-0}" = 1 ]; then
-        "${pip[@]}" --no-build-isolation --no-deps "$sdist"
+        "${wheel_cmd[@]}"
     else  # fairseq's setup.py adds its CUDA kernels whenever CUDA_HOME is set
-        env -u CUDA_HOME "${pip[@]}" --no-build-isolation --no-deps "$sdist"
+        env -u CUDA_HOME "${wheel_cmd[@]}"
     fi
+    wheel=$(ls "$staging"/fairseq_fixed-"$version"-*.whl)
+    "${pip[@]}" --no-deps "$wheel"
+    if [ "${staging#"$bundle"/}" != "$staging" ]; then  # kept whole or not at all: another node may be reading it
+        printf '%s\n' "$against" >"$staging/BUILT_AGAINST"
+        rm -rf "$built.old" && { [ ! -e "$built" ] || mv "$built" "$built.old"; } && mv "$staging" "$built" && rm -rf "$built.old"
+        echo "install: kept the wheel in $built for nodes with $against"
+    fi
+    rm -rf "$staging" && trap - EXIT
 fi
 
 # requirement names without their versions, but for the lines marked "exact"; fairseq-fixed is done
