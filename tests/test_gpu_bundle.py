@@ -117,14 +117,12 @@ def test_install_needs_the_nodes_torch_first(tmp_path):
     assert proc.returncode == 2 and "nowhere/wheels: no such folder" in proc.stderr
 
 
-def built_against(fairseq_cuda_kernels=0):
-    """What install.sh records a fairseq wheel built by this interpreter as needing."""
-    import numpy
-    import torch
-
-    python = f"cp{sys.version_info.major}{sys.version_info.minor}"
-    numpy_major = numpy.__version__.split(".")[0]
-    return f"torch {torch.__version__}, {python}, numpy {numpy_major}, CUDA kernels {fairseq_cuda_kernels}"
+def built_against(python=sys.executable, fairseq_cuda_kernels=0):
+    """What install.sh records a fairseq wheel built by ``python`` as needing, asked of that interpreter."""
+    versions = "import sys, numpy, torch; print(torch.__version__, *sys.version_info[:2], numpy.__version__)"
+    torch_version, major, minor, numpy_version = subprocess.check_output([python, "-c", versions], text=True).split()
+    numpy_major = numpy_version.split(".")[0]
+    return f"torch {torch_version}, cp{major}{minor}, numpy {numpy_major}, CUDA kernels {fairseq_cuda_kernels}"
 
 
 def test_install_takes_a_node_built_wheel_only_when_built_against_the_same_stack(tmp_path):
@@ -149,7 +147,7 @@ def test_install_takes_a_node_built_wheel_only_when_built_against_the_same_stack
     assert same.returncode != 0
     assert f"fairseq-fixed 9.9.9 from {wheel} (built against {built_against()})" in same.stdout
     assert "compiling" not in same.stdout
-    for stamp in (built_against(1), built_against().replace("torch ", "torch 0.")):
+    for stamp in (built_against(fairseq_cuda_kernels=1), built_against().replace("torch ", "torch 0.")):
         other = install(stamp)
         assert other.returncode != 0
         assert f"compiling fairseq-fixed 9.9.9 against {built_against()}" in other.stdout

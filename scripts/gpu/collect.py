@@ -293,8 +293,7 @@ def main(argv=None):
             stage_data(args.data, out / "data" / "iwslt14-mini")
     except CollectError as err:
         sys.exit(f"collect: error: {err}")
-    parts = {"wheels": out / "wheels", "project.tar.gz": out / "project.tar.gz", "data": out / "data"}
-    parts["built"] = out / "built"  # a node's compiled fairseq (install.sh), kept as it is
+    parts = {name: out / name for name in ("wheels", "project.tar.gz", "data", "built")}  # built/: install.sh's
     total = size(out)
     for label, path in parts.items():
         if path.exists():
