@@ -25,7 +25,7 @@ import shutil
 import time
 from pathlib import Path
 
-from fairseq_layernorm_plugins.recipes import experiment, render, specs
+from fairseq_layernorm_plugins.recipes import experiment, render_grid, specs
 from fairseq_layernorm_plugins.recipes.curves import unigram_bits
 from fairseq_layernorm_plugins.recipes.experiment import REPO
 
@@ -153,8 +153,10 @@ def main():
         flush=True,
     )
     start = time.time()
-    results.train(lambda cell: run_cell(cell, args), todo, args.jobs, done, lambda cell: cell, render.grid_progress)
-    render.grid_report(list(done.values()), results.commands, args.out, unigram_bits(args.data))
+    results.train(
+        lambda cell: run_cell(cell, args), todo, args.jobs, done, lambda cell: cell, render_grid.grid_progress
+    )
+    render_grid.grid_report(list(done.values()), results.commands, args.out, unigram_bits(args.data))
     print(f"wrote {args.out}.md, .png, .json ({(time.time() - start) / 60:.1f} min for {len(todo)} cells)")
 
 

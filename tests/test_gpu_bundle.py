@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, SHARED_DATA
 
-from fairseq_layernorm_plugins.recipes import render
+from fairseq_layernorm_plugins.recipes import render_check
 from fairseq_layernorm_plugins.recipes.curves import training_summary
 
 GPU = REPO / "scripts" / "gpu"
@@ -193,7 +193,7 @@ def test_omega_comparison_flags_a_different_profile():
         {"part": "a", "method": "admin", "precision": "bf16", "admin_profile": profile(1.01)},
         {"part": "a", "method": "postln", "precision": "fp16"},
     ]
-    rows = render.omega_rows(records, check.OMEGA_TOLERANCE)
+    rows = render_check.omega_rows(records, check.OMEGA_TOLERANCE)
     assert [(r["precision"], r["equal"], r["compared"]) for r in rows] == [("fp16", True, 3), ("bf16", False, 3)]
     assert rows[1]["max_rel_diff"] == pytest.approx(0.01)
 

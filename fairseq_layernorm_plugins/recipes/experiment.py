@@ -12,7 +12,7 @@
 * the benchmarks (``benchmarks/*.py --json``) run in a process of their own, their numbers read back.
 
 What a script adds is its definitions (which runs, what a record holds) and its report
-(``render.py``). Log curves are read by ``curves.py``; a paper's claim is ``claim.py``.
+(``render.py``, ``render_grid.py``, ``render_check.py``). Log curves are read by ``curves.py``; a paper's claim is ``claim.py``.
 """
 
 import json

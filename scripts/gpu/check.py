@@ -59,7 +59,7 @@ sys.path.insert(0, str(REPO))
 from fairseq_layernorm_plugins.atomic import write_json, write_text  # noqa: E402
 from fairseq_layernorm_plugins.methods import METHODS as REGISTRY  # noqa: E402
 from fairseq_layernorm_plugins.methods import method_names  # noqa: E402
-from fairseq_layernorm_plugins.recipes import experiment, render  # noqa: E402
+from fairseq_layernorm_plugins.recipes import experiment, render_check  # noqa: E402
 from fairseq_layernorm_plugins.recipes.config import load_recipe  # noqa: E402
 
 # method: (recipe under configs/iwslt14_mini and configs/iwslt14, extra fairseq flags, label): every
@@ -354,12 +354,12 @@ def main(argv=None):
         report["runs"] = [trained[run] for run in runs if run in trained]
         report["sentences"] = next((r["sentences"] for r in report["runs"] if "sentences" in r), None)
         if "b" in args.parts:
-            report["omegas"] = render.omega_rows(report["runs"], OMEGA_TOLERANCE)
+            report["omegas"] = render_check.omega_rows(report["runs"], OMEGA_TOLERANCE)
         report["minutes"] = (time.time() - start) / 60
         write_json(out / "check.json", report)
         if final:
-            return render.check_files(report, out, OMEGA_TOLERANCE, list(METHODS))
-        write_text(out / "check.md", render.check_report(report, OMEGA_TOLERANCE) + "\n")
+            return render_check.check_files(report, out, OMEGA_TOLERANCE, list(METHODS))
+        write_text(out / "check.md", render_check.check_report(report, OMEGA_TOLERANCE) + "\n")
 
     if "c" in args.parts:  # alone on the device: timings
         report["throughput"] = []
