@@ -143,20 +143,21 @@ def test_install_takes_a_node_built_wheel_only_when_built_against_the_same_stack
         (built / "BUILT_AGAINST").write_text(stamp + "\n")
         return subprocess.run(["bash", GPU / "install.sh", tmp_path], capture_output=True, text=True, env=env)
 
-    same = install(built_against())
+    here = built_against()  # this interpreter's stack, asked once
+    same = install(here)
     assert same.returncode != 0
-    assert f"fairseq-fixed 9.9.9 from {wheel} (built against {built_against()})" in same.stdout
+    assert f"fairseq-fixed 9.9.9 from {wheel} (built against {here})" in same.stdout
     assert "compiling" not in same.stdout
-    for stamp in (built_against(fairseq_cuda_kernels=1), built_against().replace("torch ", "torch 0.")):
+    for stamp in (built_against(fairseq_cuda_kernels=1), here.replace("torch ", "torch 0.")):
         other = install(stamp)
         assert other.returncode != 0
-        assert f"compiling fairseq-fixed 9.9.9 against {built_against()}" in other.stdout
+        assert f"compiling fairseq-fixed 9.9.9 against {here}" in other.stdout
         assert "from" not in other.stdout.split("compiling")[0]
         assert sorted(p.name for p in tmp_path.iterdir()) == ["built", "wheels"]  # no staging folder left
         assert wheel.read_bytes() == b"not a wheel" and (built / "BUILT_AGAINST").read_text() == stamp + "\n"
     shutil.rmtree(built)  # the first node: nothing kept yet
     first = subprocess.run(["bash", GPU / "install.sh", tmp_path], capture_output=True, text=True, env=env)
-    assert first.returncode != 0 and f"compiling fairseq-fixed 9.9.9 against {built_against()}" in first.stdout
+    assert first.returncode != 0 and f"compiling fairseq-fixed 9.9.9 against {here}" in first.stdout
     assert [p.name for p in tmp_path.iterdir()] == ["wheels"]
 
 
