@@ -21,8 +21,15 @@ def add_common_args(parser):
     parser.add_argument("--keep-work", action="store_true", help="keep OUT.work/ (intermediate steps) after success")
 
 
-def run_cli(parser, fn, **kwargs):
+COMMON = ("train_pairs", "seed", "workers", "force", "keep_work")
+
+
+def run_cli(parser, fn, args, **kwargs):
+    """``fn(**kwargs)`` plus those of the :data:`COMMON` options that ``args`` has (a parse of
+    a parser given :func:`add_common_args`, or some of them); a :class:`DataError` exits 2
+    with its one-line message."""
     logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s", level=logging.INFO)
+    kwargs.update({name: getattr(args, name) for name in COMMON if hasattr(args, name)})
     try:
         stamp = fn(**kwargs)
     except DataError as err:

@@ -230,6 +230,7 @@ def main(argv=None):
     return run_cli(
         parser,
         prepare,
+        args,
         out_dir=args.out,
         archive=args.archive,
         raw_dir=args.raw_dir,
@@ -238,11 +239,6 @@ def main(argv=None):
         tgt=args.tgt,
         merges=args.merges,
         joined=args.joined_dictionary,
-        train_pairs=args.train_pairs,
-        seed=args.seed,
-        workers=args.workers,
-        force=args.force,
-        keep_work=args.keep_work,
     )
 
 

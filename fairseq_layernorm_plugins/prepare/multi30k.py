@@ -166,6 +166,7 @@ def main(argv=None):
     return run_cli(
         parser,
         prepare,
+        args,
         out_dir=args.out,
         raw_dir=args.raw_dir,
         download_dir=args.download_dir,
@@ -175,11 +176,6 @@ def main(argv=None):
         sentencepiece=args.sentencepiece,
         merges=args.bpe,
         test_lines=args.test_lines,
-        train_pairs=args.train_pairs,
-        seed=args.seed,
-        workers=args.workers,
-        force=args.force,
-        keep_work=args.keep_work,
     )
 
 

@@ -331,15 +331,13 @@ def command(corpus, argv=None):
     return run_cli(
         parser,
         prepare,
+        args,
         out_dir=args.out,
         corpus=corpus,
         raw_dir=args.raw_dir,
         archive=args.archive,
         download_dir=args.download_dir,
         train_lines=args.train_lines,
-        workers=args.workers,
-        force=args.force,
-        keep_work=args.keep_work,
     )
 
 

@@ -101,6 +101,7 @@ def main(argv=None):
     return run_cli(
         parser,
         prepare,
+        args,
         out_dir=args.out,
         shared_data=args.shared_data,
         src=args.src,
@@ -108,11 +109,6 @@ def main(argv=None):
         merges=args.merges,
         sentencepiece=args.sentencepiece,
         joined=not args.separate_dictionaries,
-        train_pairs=args.train_pairs,
-        seed=args.seed,
-        workers=args.workers,
-        force=args.force,
-        keep_work=args.keep_work,
     )
 
 
