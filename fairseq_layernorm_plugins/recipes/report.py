@@ -353,7 +353,8 @@ def plot_curves(run_dirs, output, title="", depth=None):
         ax.set_xlabel(x)
         ax.set_ylabel(y)
         ax.grid(alpha=0.3)
-    axes[0].legend()
+    if axes[0].get_legend_handles_labels()[0]:  # no run has logged a training loss yet: no legend
+        axes[0].legend()
     fig.suptitle(title)
     return save_figure(fig, output, dpi=120)
 
