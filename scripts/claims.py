@@ -125,10 +125,14 @@ CLAIMS = {
         width=64,
         lr=1e-3,
         decay_after=450,
-        runs=tuple(
-            Run(f"{method} {optimizer}", method, warmup=450, optimizer=optimizer)
-            for optimizer in ("radam", "adam")
-            for method in ("postln", "preln", "admin")
+        runs=(
+            *(
+                Run(f"{method} {optimizer}", method, warmup=450, optimizer=optimizer)
+                for optimizer in ("radam", "adam")
+                for method in ("postln", "preln", "admin")
+            ),
+            # Admin's recipe alone adds attention and activation dropout: the control for a late lead
+            Run("preln radam admin-dropout", "preln", warmup=450, optimizer="radam", model=ADMIN_DROPOUT),
         ),
         baseline="preln radam",
     ),
