@@ -135,6 +135,7 @@ CLAIMS = {
             Run("preln radam admin-dropout", "preln", warmup=450, optimizer="radam", model=ADMIN_DROPOUT),
         ),
         baseline="preln radam",
+        also_against=("preln radam admin-dropout",),
     ),
     "tfixup": Claim(
         paper="T-Fixup (Huang et al. 2020), Sec. 4.2 (deep models); Sec. 3.1 / Fig. 3 (no warm-up)",
@@ -198,6 +199,7 @@ CLAIMS["shallow"] = Claim(
         Run("preln admin-dropout", "preln", warmup=500, model=ADMIN_DROPOUT),
     ),
     baseline="preln",
+    also_against=("postln", "postln admin-dropout"),  # the claim's "level with Post-LN", and with its dropout
 )
 
 

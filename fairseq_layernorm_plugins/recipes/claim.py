@@ -57,6 +57,7 @@ class Claim:
     decay_after: int  # the no-warm-up runs' inverse-sqrt decay starts here (the warm-up runs' W)
     runs: tuple
     baseline: str  # the run whose final validation BLEU the others are timed against
+    also_against: tuple = ()  # runs the seeds report also pairs every run against, as the baseline
     model: dict = field(default_factory=dict)  # model options of every run (under each run's own)
     corpus: str = "multi30k"  # the recipes' folder: multi30k (translation) or wikitext2 (language models)
 

@@ -281,6 +281,17 @@ def claim_seeds_report(claim_name, claim, first):
             f"{_spread(nll_diffs, 3, sign=True) if paired else ''} |"
             + (averaged_columns(seeds, base, paired) if averaged else "")
         )
+    for against in claim.also_against:
+        rows = paired_rows(table, against)
+        if rows:
+            lines += [
+                "",
+                f"Against {against}, paired by seed (the seeds both runs have):",
+                "",
+                f"| run | seeds | test BLEU − {against}, per seed | mean difference | {scored} valid NLL − {against} |",
+                "|---|---|---|---|---|",
+                *rows,
+            ]
 
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
@@ -373,6 +384,23 @@ def precision_report(claim_name, claim, records, other, out):
     if ax_scale.has_data():
         ax_scale.legend(fontsize=7)
     return save_report(fig, out, lines)
+
+
+def paired_rows(table, against):
+    """Seeds-report rows of each run's test BLEU and scored validation NLL minus those of the run
+    ``against``, paired by seed, for the runs with at least two seeds in common with it."""
+    base, rows = table.get(against, {}), []
+    for label, seeds in table.items():
+        common = [seed for seed in seeds if seed in base]
+        if label == against or len(common) < 2:
+            continue
+        diffs = [seeds[seed]["test_bleu"] - base[seed]["test_bleu"] for seed in common]
+        nll = [scored_validation(seeds[seed])["nll"] - scored_validation(base[seed])["nll"] for seed in common]
+        rows.append(
+            f"| {label} | {', '.join(map(str, common))} | {', '.join(f'{d:+.2f}' for d in diffs)} | "
+            f"{_spread(diffs, sign=True)} | {_spread(nll, 3, sign=True)} |"
+        )
+    return rows
 
 
 def averaged_columns(seeds, base, paired):
