@@ -269,8 +269,7 @@ def claim_seeds_report(claim_name, claim, first):
     ]
     for label, seeds in table.items():
         final = {seed: scored_validation(r) for seed, r in seeds.items()}
-        diffs = [r["test_bleu"] - base[seed]["test_bleu"] for seed, r in seeds.items() if seed in base]
-        nll_diffs = [final[seed]["nll"] - scored_validation(base[seed])["nll"] for seed in seeds if seed in base]
+        diffs, nll_diffs = paired_differences(seeds, base)
         paired = label != claim.baseline and len(diffs) > 1
         per_seed = ", ".join(f"{r['test_bleu']:.2f}" for r in seeds.values())
         lines.append(
@@ -386,6 +385,16 @@ def precision_report(claim_name, claim, records, other, out):
     return save_report(fig, out, lines)
 
 
+def paired_differences(seeds, base):
+    """One run's test BLEU and scored validation NLL minus the run ``base``'s, for each seed both
+    have (``seeds``, ``base``: seed -> record)."""
+    common = [seed for seed in seeds if seed in base]
+    return (
+        [seeds[seed]["test_bleu"] - base[seed]["test_bleu"] for seed in common],
+        [scored_validation(seeds[seed])["nll"] - scored_validation(base[seed])["nll"] for seed in common],
+    )
+
+
 def paired_rows(table, against):
     """Seeds-report rows of each run's test BLEU and scored validation NLL minus those of the run
     ``against``, paired by seed, for the runs with at least two seeds in common with it."""
@@ -394,8 +403,7 @@ def paired_rows(table, against):
         common = [seed for seed in seeds if seed in base]
         if label == against or len(common) < 2:
             continue
-        diffs = [seeds[seed]["test_bleu"] - base[seed]["test_bleu"] for seed in common]
-        nll = [scored_validation(seeds[seed])["nll"] - scored_validation(base[seed])["nll"] for seed in common]
+        diffs, nll = paired_differences(seeds, base)
         rows.append(
             f"| {label} | {', '.join(map(str, common))} | {', '.join(f'{d:+.2f}' for d in diffs)} | "
             f"{_spread(diffs, sign=True)} | {_spread(nll, 3, sign=True)} |"
