@@ -55,7 +55,8 @@ perplexity by fairseq-eval-lm of checkpoint_best.pt; prepared with fairseq-ln-pr
     python scripts/claims.py lm --updates 800 --validate-every 200 --jobs 2 --out docs/claims/lm
 
 Seeds: ``--seed N`` (N != 1) trains in RUNS/CLAIM-seedN and writes OUT-seedN.*; once runs lie
-under two or more seeds, OUT-seeds.md and .png compare them (mean ± sd, differences paired by seed).
+under two or more seeds, OUT-seeds.md and .png compare them (mean ± sd, differences paired by seed
+from the claim's baseline and from each run its ``also_against`` names).
 Several seeds in one command share one queue of ``--jobs`` (in the order given):
 
     python scripts/claims.py admin --seed 2 --runs-only "preln radam" "admin radam" --out docs/claims/admin
