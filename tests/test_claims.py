@@ -545,10 +545,12 @@ def test_seeds_are_compared_run_by_run_and_paired_by_seed(tmp_path, monkeypatch)
     assert (tmp_path / "toy-seeds.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "Against" not in markdown  # no other run to pair against
     # paired against another run as well: postln minus preln, the first table's differences negated
-    other = dataclasses.replace(TOY, also_against=("preln no warm-up", "absent run"))
+    other = dataclasses.replace(TOY, also_against=("preln no warm-up",))
     against = render.claim_seeds_report("toy", other, first).split("Against preln no warm-up")[1].splitlines()
     assert against[4] == "| postln warm-up | 1, 2, 3 | -3.00, -3.00, +0.00 | -2.00 ± 1.73 | +0.500 ± 0.500 |"
-    assert len(against) == 5 and "absent run" not in "\n".join(against)  # one row: a run is not paired with itself
+    assert len(against) == 5  # one row: a run is not paired with itself
+    with pytest.raises(ValueError, match="no run labelled 'absent run'"):  # a misspelt label is refused, not skipped
+        dataclasses.replace(TOY, also_against=("preln no warm-up", "absent run"))
 
     # trained to convergence: each run is scored by its best checkpoint, not its last validation
     for name, seed, nll in (("toy", 1, 3.5), ("toy-seed2", 2, 3.0), ("toy-seed3", 3, 4.0)):

@@ -61,6 +61,12 @@ class Claim:
     model: dict = field(default_factory=dict)  # model options of every run (under each run's own)
     corpus: str = "multi30k"  # the recipes' folder: multi30k (translation) or wikitext2 (language models)
 
+    def __post_init__(self):
+        labels = {run.label for run in self.runs}
+        unknown = [label for label in self.also_against if label not in labels]
+        if unknown:
+            raise ValueError(f"claim {self.statement[:40]!r}: no run labelled {', '.join(map(repr, unknown))}")
+
     @property
     def language_model(self):
         return self.corpus in LANGUAGE_MODEL_CORPORA

@@ -269,7 +269,7 @@ def claim_seeds_report(claim_name, claim, first):
     ]
     for label, seeds in table.items():
         final = {seed: scored_validation(r) for seed, r in seeds.items()}
-        diffs, nll_diffs = paired_differences(seeds, base)
+        _, diffs, nll_diffs = paired_differences(seeds, base)
         paired = label != claim.baseline and len(diffs) > 1
         per_seed = ", ".join(f"{r['test_bleu']:.2f}" for r in seeds.values())
         lines.append(
@@ -386,10 +386,11 @@ def precision_report(claim_name, claim, records, other, out):
 
 
 def paired_differences(seeds, base):
-    """One run's test BLEU and scored validation NLL minus the run ``base``'s, for each seed both
-    have (``seeds``, ``base``: seed -> record)."""
+    """(the seeds both have, one run's test BLEU and scored validation NLL minus the run ``base``'s
+    for each of them); ``seeds``, ``base``: seed -> record."""
     common = [seed for seed in seeds if seed in base]
     return (
+        common,
         [seeds[seed]["test_bleu"] - base[seed]["test_bleu"] for seed in common],
         [scored_validation(seeds[seed])["nll"] - scored_validation(base[seed])["nll"] for seed in common],
     )
@@ -400,10 +401,9 @@ def paired_rows(table, against):
     ``against``, paired by seed, for the runs with at least two seeds in common with it."""
     base, rows = table.get(against, {}), []
     for label, seeds in table.items():
-        common = [seed for seed in seeds if seed in base]
+        common, diffs, nll = paired_differences(seeds, base)
         if label == against or len(common) < 2:
             continue
-        diffs, nll = paired_differences(seeds, base)
         rows.append(
             f"| {label} | {', '.join(map(str, common))} | {', '.join(f'{d:+.2f}' for d in diffs)} | "
             f"{_spread(diffs, sign=True)} | {_spread(nll, 3, sign=True)} |"
