@@ -232,6 +232,19 @@ def test_carried_keeps_finished_results_of_the_same_budget_with_the_machine_that
     assert check.carried(earlier, check.GPU) == check.carried(None, budget) == ({}, {})
 
 
+def test_carried_from_names_each_machine_once_in_the_order_measured():
+    h200 = {"date": "2026-11-26", "device": "H200", "torch": "2.11"}
+    h100 = {"date": "2026-11-27", "device": "H100", "torch": "2.11"}
+    # the H100 checked over two calls, the second carrying the first's results
+    earlier = {"facts": dict(h100), "carried_from": [h200, dict(h100)]}
+    assert check.carried_from(earlier) == [h200, h100]
+    assert check.carried_from({"facts": h200}) == [h200]
+    report = {"facts": h200 | {"cuda": "13.0", "python": "3.12"}, "minutes": 1.0, "command": "c"}
+    report |= {"budget": {"generate": []}, "runs": [], "carried_from": check.carried_from(earlier)}
+    markdown = render_check.check_report(report, 1e-6)
+    assert markdown.count("H100 (torch") == 1 and markdown.count("Carried (not measured again)") == 2
+
+
 def test_plan_trains_the_runs_parts_b_and_f_need_whatever_the_methods():
     names = lambda parts, methods: [r.name for r in check.plan(parts, check.GPU, methods)]
     assert names("af", ["admin"]) == [f"a.{m}.6L.{p}" for m in ("preln", "admin") for p in ("fp16", "bf16")]

@@ -144,6 +144,11 @@ def check_report(report, tolerance):
                 f"| {arch} | {row['speed_ratio']:.3f} | {row['spread'][0]:.3f}-{row['spread'][1]:.3f} | {number(row['memory_ratio'], 3)} |"
             )
         lines.append("")
+    if by_part["d"]:
+        lines += _training_table(
+            by_part["d"],
+            f"d. {by_part['d'][0]['layers']}L-{by_part['d'][0]['layers']}L, {by_part['d'][0]['precision']}, same budget",
+        )
     for bench in report.get("decoding", []):
         head, measured = _benchmark_head("f. Beam search with `--fused-attention`", bench)
         lines += head
@@ -155,11 +160,6 @@ def check_report(report, tolerance):
             f"the same translation for {bench['same']} of {bench['sentences']} sentences.",
             "",
         ]
-    if by_part["d"]:
-        lines += _training_table(
-            by_part["d"],
-            f"d. {by_part['d'][0]['layers']}L-{by_part['d'][0]['layers']}L, {by_part['d'][0]['precision']}, same budget",
-        )
     return "\n".join(lines)
 
 

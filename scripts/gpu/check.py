@@ -215,6 +215,13 @@ def carried(earlier, budget, archs=(), parts=PARTS):
     return runs, benches
 
 
+def carried_from(earlier):
+    """The facts of each machine whose results an earlier check.json holds, its own last, each
+    once (a check carried over two calls on one machine names that machine once)."""
+    facts = [*earlier.get("carried_from", []), earlier["facts"]]
+    return [f for i, f in enumerate(facts) if f not in facts[:i]]
+
+
 def train_run(run, args):
     """Part a, b or d: one run trained once (its record kept in RUNS/<name>/check.json; ``--force``
     trains it again; without either, a carried record is taken as it is); returns its record, or
@@ -343,7 +350,7 @@ def main(argv=None):
     facts = experiment.device_facts(args.device, ", dry run" if args.dry_run else "")
     report = {"facts": facts, "command": command, "budget": budget.__dict__, "runs": []}
     if args.carried_runs or args.carried_benches:
-        report["carried_from"] = [*earlier.get("carried_from", []), earlier["facts"]]
+        report["carried_from"] = carried_from(earlier)
     out = Path(args.out)
     runs = plan(args.parts, budget, methods)
     trained = {}
