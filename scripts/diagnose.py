@@ -74,21 +74,22 @@ def measure(data_bin, archs, depths, model_args, sentences, seed, lr, checkpoint
 
 
 def plot(results, out):
-    from fairseq_layernorm_plugins.recipes.figures import pyplot, save_figure
+    from fairseq_layernorm_plugins.recipes.figures import distinct_colours, pyplot, save_figure
 
     plt = pyplot()
     archs = list(results)
+    colour = dict(zip(archs, distinct_colours(len(archs))))
     deepest = {arch: max(results[arch], key=int) for arch in archs}
     figures = {}
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for ax, stack in zip(axes, ("encoder", "decoder")):
         for arch in archs:
             values = results[arch][deepest[arch]]["ffn_grad_norm"][stack]
-            ax.plot(range(1, len(values) + 1), values, marker="o", label=arch)
+            ax.plot(range(1, len(values) + 1), values, marker="o", label=arch, color=colour[arch])
         ax.set(
             xlabel=f"{stack} layer",
             ylabel="|grad fc2.weight|",
-            title=f"{stack} FFN gradient norm at init",
+            title=f"{stack} FFN gradient norm",
             yscale="log",
         )
     axes[0].legend(fontsize=7)
@@ -101,7 +102,13 @@ def plot(results, out):
     ):
         for arch in archs:
             depths = sorted(results[arch], key=int)
-            ax.plot([int(d) for d in depths], [results[arch][d][key] for d in depths], marker="o", label=arch)
+            ax.plot(
+                [int(d) for d in depths],
+                [results[arch][d][key] for d in depths],
+                marker="o",
+                label=arch,
+                color=colour[arch],
+            )
         ax.set(xlabel="layers (N-N)", ylabel="|F(x,W) - F(x,W*)|^2 per token", title=title)
     axes[0].legend(fontsize=7)
     figures["output_change"] = fig
@@ -109,7 +116,7 @@ def plot(results, out):
     for ax, stack in zip(axes, ("encoder", "decoder")):
         for arch in archs:
             values = results[arch][deepest[arch]]["dependency"][stack]
-            ax.plot(range(1, len(values) + 1), values, marker=".", label=arch)
+            ax.plot(range(1, len(values) + 1), values, marker=".", label=arch, color=colour[arch])
         ax.set(
             xlabel=f"{stack} sub-layer",
             ylabel="beta_ii",

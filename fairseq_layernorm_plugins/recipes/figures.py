@@ -19,6 +19,16 @@ def pyplot():
     return plt
 
 
+def distinct_colours(n):
+    """``n`` colours that all differ: matplotlib's tab10 up to 10, tab20 up to 20, beyond that
+    evenly spaced on turbo (a plot's default colour cycle repeats after 10 lines)."""
+    if n <= 20:
+        cmap = pyplot().get_cmap("tab10" if n <= 10 else "tab20")
+        return [cmap(i) for i in range(n)]
+    cmap = pyplot().get_cmap("turbo")
+    return [cmap(i / (n - 1)) for i in range(n)]
+
+
 def save_figure(fig, path, dpi=110):
     """Write ``fig`` as ``path`` (a PNG, through a temp file) and close it; returns the path."""
     fig.tight_layout()
