@@ -67,10 +67,13 @@ Device: ``--device cuda`` trains each run on the GPU instead of one CPU process,
 sharing it (and decodes there). The run's spec is the CPU run's (the device changes the dropout
 masks and the rounding, not the recipe), so a GPU run completes a CPU seed's set; each record and
 report names the devices it trained on. ``--report-only`` trains nothing and writes the reports
-from OUT.json (e.g. of runs made on a GPU node):
+from OUT.json (e.g. of runs made on a GPU node), with the runs still training (their train.log
+so far, marked "training", no test score; OUT.json keeps finished runs only):
 
     python scripts/claims.py shallow --seed 2 3 --runs-only postln admin --device cuda --jobs 8 \\
         --patience 5 --validate-every 500 --updates 30000 --out docs/claims/shallow
+    python scripts/claims.py admin --patience 5 --validate-every 500 --updates 30000 \\
+        --out docs/claims/admin-converged --report-only   # where a claim's runs stand
 
 Precision: ``--precision fp16`` (or bf16) trains every run in fairseq's --fp16 (on a CPU too), in
 RUNS/CLAIM-fp16; ``--against`` sets each run beside the same run of the claim's OUT.json in
@@ -95,6 +98,7 @@ from fairseq_layernorm_plugins.recipes.claim import (
     claim_dir,
     run_spec,
     train_run,
+    training_record,
     unigram_of,
 )
 from fairseq_layernorm_plugins.recipes.experiment import REPO, seed_path
@@ -357,7 +361,8 @@ def main(argv=None):
     parser.add_argument(
         "--report-only",
         action="store_true",
-        help="train nothing: write OUT.md and .png (and the seeds report) from the runs OUT.json holds",
+        help="train nothing: write OUT.md and .png (and the seeds report) from the runs OUT.json holds "
+        "and, as far as they have trained, the runs still training (not in OUT.json)",
     )
     parser.add_argument("--runs", default=str(REPO / "runs" / "claims"), help="run directories go to RUNS/CLAIM/")
     parser.add_argument("--out", help="writes OUT.md, OUT.png, OUT.json (default: RUNS/CLAIM)")
@@ -404,10 +409,14 @@ def main(argv=None):
     unigram = unigram_of(claim, args.data_dir)
     for runs in seeds.values():
         out, done = runs.out, list(runs.done.values())
-        if not done:  # a seed none of whose runs is made yet (--report-only)
+        begun = [run for run in wanted if args.report_only and run.label not in runs.done]
+        training = [r for r in map(lambda run: training_record(claim, run, runs.args), begun) if r]
+        if not done + training:  # a seed none of whose runs is made or begun yet (--report-only)
             continue
-        print(render.claim_report(args.claim, claim, done, runs.results.commands, out, unigram))
+        print(render.claim_report(args.claim, claim, done + training, runs.results.commands, out, unigram))
         print(f"wrote {out}.md, .png" + ("" if args.report_only else ", .json"))
+        if training:
+            print(f"  with {', '.join(r['label'] for r in training)} as far as trained: not in {out}.json")
         if against and done:
             beside = f"{out}-vs-{against[0]}"
             print(render.precision_report(args.claim, claim, done, against[1], beside))

@@ -351,6 +351,69 @@ def test_two_commands_filling_one_claim_at_once_keep_both_runs(tmp_path, monkeyp
     assert "toy: 2 of 2 runs done; training 0" in capsys.readouterr().out
 
 
+def test_report_only_shows_the_runs_still_training_from_their_logs(tmp_path, monkeypatch, capsys, multi30k):
+    """``--report-only`` while a claim's runs train (another process, to convergence): a run with
+    a validated train.log and no record in OUT.json is reported from its log as far as it has
+    trained, marked "training" (its best update so far, no test score) and, once patience has
+    stopped it, "ended, not scored"; OUT.json stays as it was, and a run directory made with
+    another spec is not reported."""
+    monkeypatch.setitem(claims.CLAIMS, "toy", TOY)
+    args = ["toy", "--updates", "400", "--patience", "3", "--validate-every", "100", "--test-lines", "20"]
+    args += ["--data-dir", str(multi30k), "--runs", str(tmp_path)]
+    seen = []
+
+    def trained(claim, run, args_of_run):  # the baseline's run, finished (faked)
+        seen.append(args_of_run)
+        record = {"label": run.label, "method": run.method, "optimizer": run.optimizer, "warmup": run.warmup}
+        record |= {"spec": claims.run_spec(claim, run, args_of_run)[1], "status": "trained", "updates": 400}
+        record |= {"valid": [{"update": 400, "nll": 5.0, "bleu": 1.0}], "best_update": 400, "stopped_early": False}
+        return record | {"train_loss": [], "test_bleu": 2.0, "minutes": 0.1}
+
+    monkeypatch.setattr(claims, "train_run", trained)
+    claims.main([*args, "--runs-only", "postln warm-up"])
+    (args_of_run,) = seen
+    results = (tmp_path / "toy.json").read_text()
+    preln = TOY.runs[1]
+    run_dir = claims.claim_dir(args_of_run) / preln.key  # the run another process trains
+    run_dir.mkdir(parents=True)
+    spec = claims.run_spec(TOY, preln, args_of_run)[1]
+    (run_dir / "spec.json").write_text(json.dumps(spec))
+    log = ["2026-11-27 10:00:00 | INFO | fairseq_cli.train | begin training"]
+    for update, loss, bleu in ((100, 8.0, 1.2), (200, 7.0, 2.0), (300, 7.2, 1.8)):
+        inner = {"epoch": 1, "update": update / 400, "loss": loss, "num_updates": update, "wall": update * 36}
+        valid = {"epoch": 1, "valid_loss": loss, "valid_nll_loss": loss - 0.6, "valid_bleu": bleu}
+        log += [
+            f"| INFO | train_inner | {json.dumps(inner)}",
+            f"| INFO | valid | {json.dumps(valid | {'valid_num_updates': update})}",
+        ]
+    (run_dir / "train.log").write_text("\n".join(log) + "\n")
+
+    capsys.readouterr()
+    claims.main([*args, "--report-only"])
+    assert "with preln no warm-up as far as trained: not in" in capsys.readouterr().out
+    markdown = (tmp_path / "toy.md").read_text()
+    assert (
+        "| preln no warm-up | 300 (training) | 200 | not yet | n/a | 3.0 | not validated | 6.400 / 2.00 |" in markdown
+    )
+    assert "| preln no warm-up | adam | none | training | 6.400 | 2.00 | 2.00 | 100 |  |" in markdown.splitlines()
+    assert "| postln warm-up | adam | 300 | trained | 5.000 | 1.00 |" in markdown
+    assert (tmp_path / "toy.json").read_text() == results
+
+    with (run_dir / "train.log").open("a") as f:
+        f.write("| INFO | fairseq_cli.train | early stop since valid performance hasn't improved for last 3 runs\n")
+    claims.main([*args, "--report-only"])
+    markdown = (tmp_path / "toy.md").read_text()
+    assert "| preln no warm-up | 300 | 200 | yes |" in markdown
+    assert "| preln no warm-up | adam | none | ended, not scored | 6.400 |" in markdown
+
+    other = {**spec, "fairseq": {**spec["fairseq"], "optimization": {**spec["fairseq"]["optimization"], "lr": [0.5]}}}
+    (run_dir / "spec.json").write_text(json.dumps(other))  # made with another spec: another run
+    capsys.readouterr()
+    claims.main([*args, "--report-only"])
+    assert "as far as trained" not in capsys.readouterr().out
+    assert "preln no warm-up" not in (tmp_path / "toy.md").read_text()
+
+
 def test_claim_report_of_runs_without_the_baseline(tmp_path):
     """A claim run in part (``--runs-only``) without its baseline: the column that counts
     updates to the baseline's BLEU names it and says it was not run, instead of "None"."""

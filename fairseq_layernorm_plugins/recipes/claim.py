@@ -16,7 +16,7 @@ from pathlib import Path
 
 from fairseq_layernorm_plugins.atomic import write_json
 from fairseq_layernorm_plugins.recipes import experiment, specs
-from fairseq_layernorm_plugins.recipes.curves import unigram_bits
+from fairseq_layernorm_plugins.recipes.curves import read_log_curves, unigram_bits
 
 LANGUAGE_MODEL_CORPORA = ("wikitext2",)
 BUDGET = ("updates", "validate_every", "max_tokens", "seed")  # with each run's spec: what makes runs comparable
@@ -128,11 +128,16 @@ def device(args):
 def devices(run_dir, now):
     """Every device the run in ``run_dir`` has trained on, in order, ``now`` last (RUN/devices.json,
     kept across resumes; a run begun before it was kept: the device of its later calls)."""
-    path = Path(run_dir) / "devices.json"
-    seen = json.loads(path.read_text()) if path.exists() else []
+    seen = devices_so_far(run_dir)
     seen += [] if seen[-1:] == [now] else [now]
-    write_json(path, seen)
+    write_json(Path(run_dir) / "devices.json", seen)
     return seen
+
+
+def devices_so_far(run_dir):
+    """The devices the run in ``run_dir`` has trained on, in order (RUN/devices.json; [] if none)."""
+    path = Path(run_dir) / "devices.json"
+    return json.loads(path.read_text()) if path.exists() else []
 
 
 def run_spec(claim, run, args):
@@ -159,20 +164,57 @@ def train_run(claim, run, args):
     outcome = experiment.train_and_test(
         recipe, run_dir, args.data_dir, args.seed, extra, precision=precision(args), cpu_workers=int(on_cpu)
     )
-    curves = outcome.curves
-    record = {"label": run.label, "method": run.method, "optimizer": run.optimizer, "warmup": run.warmup, "spec": spec}
-    record.update(device="+".join(trained_on))  # not in the spec (a record without it: cpu)
-    record.update({"depth": run.depth} if run.depth else {})
+    record = run_record(claim, run, spec, run_dir, outcome.curves, "+".join(trained_on))
     record.update({"error": outcome.error} if outcome.error else {})
+    record.update(
+        status=outcome.status(unigram_of(claim, args.data_dir)),
+        **{score_key(claim): outcome.score},
+        minutes=outcome.minutes,  # this call's, evaluation included
+    )
+    if averaging and not outcome.error:
+        record.update(averaged_score(run_dir, cpu=on_cpu))
+    return record
+
+
+def training_record(claim, run, args):
+    """The record of a run still training (or stopped before its end), for ``--report-only``:
+    its curves so far from RUNS/CLAIM/<run>/train.log, status "training" ("ended, not scored" once
+    patience or the budget stopped it), no test score; None where the run directory holds no
+    validation of this run (made with another spec, or none)."""
+    _, spec = run_spec(claim, run, args)
+    run_dir = claim_dir(args) / run.key
+    made = run_dir / "spec.json"
+    if not made.is_file() or not (run_dir / "train.log").is_file():
+        return None
+    previous = json.loads(made.read_text())
+    if not (specs.same_run(previous, spec) or experiment.extends(previous, spec)):
+        return None
+    curves = read_log_curves(run_dir / "train.log")
+    if not curves["valid"]:
+        return None
+    record = run_record(claim, run, spec, run_dir, curves, "+".join(devices_so_far(run_dir)) or "cpu")
+    ended = record.get("stopped_early") or record["updates"] >= args.updates
+    return record | {"status": "ended, not scored" if ended else "training", score_key(claim): None}
+
+
+def score_key(claim):
+    """The record's test score: "test_bleu", a language model's "test_ppl"."""
+    return "test_ppl" if claim.language_model else "test_bleu"
+
+
+def run_record(claim, run, spec, run_dir, curves, trained_on):
+    """A run's record from its train.log's ``curves`` (``curves.read_log_curves``): what it is,
+    where it trained, its validation and training curves, how far and how long it trained and,
+    with ``--patience``, its best update so far and whether patience stopped it."""
+    record = {"label": run.label, "method": run.method, "optimizer": run.optimizer, "warmup": run.warmup, "spec": spec}
+    record.update(device=trained_on)  # not in the spec (a record without it: cpu)
+    record.update({"depth": run.depth} if run.depth else {})
     record.update({"extended_from": earlier} if (earlier := experiment.extended_from(run_dir)) else {})
     valid = [{"update": v["update"], "nll": v["nll_loss"], "bleu": v["bleu"]} for v in curves["valid"]]
     record.update(
-        status=outcome.status(unigram_of(claim, args.data_dir)),
         valid=[{**v, "ppl": 2 ** v["nll"]} for v in valid] if claim.language_model else valid,
         train_loss=[(p["update"], p["loss"]) for p in curves["train"]],
-        **{"test_ppl" if claim.language_model else "test_bleu": outcome.score},
         updates=curves["end"]["update"],
-        minutes=outcome.minutes,  # this call's, evaluation included
         # fairseq's wall clock, kept across resumes by _compat's wall_resume (resumed from a checkpoint saved
         # without it, the time since that resume)
         train_hours=round(curves["end"]["wall"] / 3600, 2),
@@ -185,12 +227,10 @@ def train_run(claim, run, args):
             loss_scales=scales,  # at each logged update
             overflows=len(curves["overflows"]),  # updates skipped (and the scale halved) for inf/NaN gradients
         )
-    if args.patience:
+    if spec["budget"].get("patience"):
         best = min(curves["valid"], key=lambda v: v["loss"], default=None)  # fairseq's checkpoint_best.pt
         stopped = "early stop since valid performance" in (run_dir / "train.log").read_text(errors="replace")
         record.update(best_update=best and best["update"], stopped_early=stopped)
-    if averaging and not outcome.error:
-        record.update(averaged_score(run_dir, cpu=on_cpu))
     return record
 
 

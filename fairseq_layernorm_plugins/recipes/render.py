@@ -110,7 +110,7 @@ def lm_claim_report(claim_name, claim, records, commands, out, unigram):
         best = min((v["ppl"] for v in r["valid"]), default=None)
         lines.append(
             f"| {r['label']} | {r.get('depth') or claim.depth} | {r['status']} | {last['nll']:.3f} | "
-            f"{number(last['ppl'])} | {number(best)} | {r['test_ppl']:.2f} | {r['minutes']} |"
+            f"{number(last['ppl'])} | {number(best)} | {number(r['test_ppl'])} | {r.get('minutes', '')} |"
         )
     plt = pyplot()
     fig, axes = plt.subplots(1, len(depths), figsize=(5.5 * len(depths), 4), squeeze=False)
@@ -118,7 +118,7 @@ def lm_claim_report(claim_name, claim, records, commands, out, unigram):
         for r in records:
             if (r.get("depth") or claim.depth) == depth:
                 updates = [v["update"] for v in r["valid"]]
-                ax.plot(updates, [v["ppl"] for v in r["valid"]], color=METHODS[r["method"]].colour, label=r["label"])
+                ax.plot(updates, [v["ppl"] for v in r["valid"]], color=METHODS[r["method"]].colour, label=legend(r))
         ax.axhline(2**unigram, color="grey", lw=0.6, ls=":", label="unigram")
         ax.set(xlabel="updates", ylabel="validation perplexity", yscale="log", title=f"{claim_name}: {depth}")
         ax.legend(fontsize=7)
@@ -175,7 +175,7 @@ def claim_report(claim_name, claim, records, commands, out, unigram):
         lines.append(
             f"| {r['label']} | {r['optimizer']} | {r['warmup'] or 'none'} | {r['status']} | {last['nll']:.3f} | "
             f"{number(last['bleu'])} | {number(best)} | {reach} | "
-            f"{r['test_bleu']:.2f} |"
+            f"{number(r['test_bleu'])} |"
             + (f" {number(r.get('test_bleu_averaged'))} |" if averaged else "")
             + (loss_scale(r) if fp16 else "")
         )
@@ -195,10 +195,10 @@ def claim_report(claim_name, claim, records, commands, out, unigram):
         marker = "x" if r["spec"].get("run", {}).get("model") else "."  # a run with model options of its own
         updates = [v["update"] for v in r["valid"]]
         ax_bleu.plot(
-            updates, [v["bleu"] or 0.0 for v in r["valid"]], style, color=colour, label=r["label"], marker=marker
+            updates, [v["bleu"] or 0.0 for v in r["valid"]], style, color=colour, label=legend(r), marker=marker
         )
         for ax in axes[1:]:
-            ax.plot(updates, [v["nll"] for v in r["valid"]], style, color=colour, label=r["label"], marker=marker)
+            ax.plot(updates, [v["nll"] for v in r["valid"]], style, color=colour, label=legend(r), marker=marker)
             if r.get("best_update") is not None and r["valid"]:  # converged: the checkpoint scored
                 best = scored_validation(r)
                 ax.plot(best["update"], best["nll"], "*", color=colour, markersize=11, markeredgecolor="black")
@@ -459,11 +459,26 @@ def converged_note(records):
     for r in records:
         early = next((v for v in r["valid"] if v["update"] == UPDATES), None)
         lines.append(
-            f"| {r['label']} | {r['updates']} | {r.get('best_update')} | {'yes' if r.get('stopped_early') else 'no (cap)'} | "
+            f"| {r['label']} | {stopped_at(r)} | {r.get('best_update')} | {stopped_by(r)} | "
             f"{averaged_range(r)} | {r.get('train_hours', '')} | "
             f"{nll_and_bleu(early) if early else 'not validated'} | {nll_and_bleu(scored_validation(r))} |"
         )
     return lines + [""]
+
+
+def stopped_at(record):
+    """Where a converged run stopped, or "N (training)" for one still training."""
+    return f"{record['updates']} (training)" if record.get("status") == "training" else str(record["updates"])
+
+
+def stopped_by(record):
+    """Whether patience stopped the run: "yes", "no (cap)", or "not yet" while it trains."""
+    return "yes" if record.get("stopped_early") else "not yet" if record.get("status") == "training" else "no (cap)"
+
+
+def legend(record):
+    """A run's label in a plot's legend, "(training)" added while it trains (``--report-only``)."""
+    return record["label"] + (" (training)" if record.get("status") == "training" else "")
 
 
 def nll_and_bleu(validation):
