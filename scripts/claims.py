@@ -409,8 +409,8 @@ def main(argv=None):
     unigram = unigram_of(claim, args.data_dir)
     for runs in seeds.values():
         out, done = runs.out, list(runs.done.values())
-        begun = [run for run in wanted if args.report_only and run.label not in runs.done]
-        training = [r for r in map(lambda run: training_record(claim, run, runs.args), begun) if r]
+        begun = [run for run in wanted if run.label not in runs.done] if args.report_only else []
+        training = [record for run in begun if (record := training_record(claim, run, runs.args))]
         if not done + training:  # a seed none of whose runs is made or begun yet (--report-only)
             continue
         print(render.claim_report(args.claim, claim, done + training, runs.results.commands, out, unigram))
