@@ -406,12 +406,16 @@ def test_report_only_shows_the_runs_still_training_from_their_logs(tmp_path, mon
     assert "| preln no warm-up | 300 | 200 | yes |" in markdown
     assert "| preln no warm-up | adam | none | ended, not scored | 6.400 |" in markdown
 
-    other = {**spec, "fairseq": {**spec["fairseq"], "optimization": {**spec["fairseq"]["optimization"], "lr": [0.5]}}}
-    (run_dir / "spec.json").write_text(json.dumps(other))  # made with another spec: another run
-    capsys.readouterr()
-    claims.main([*args, "--report-only"])
-    assert "as far as trained" not in capsys.readouterr().out
-    assert "preln no warm-up" not in (tmp_path / "toy.md").read_text()
+    optimization = spec["fairseq"]["optimization"]
+    other = {**spec, "fairseq": {**spec["fairseq"], "optimization": {**optimization, "lr": [0.5]}}}
+    shorter = {**spec, "budget": {**spec["budget"], "updates": 300}}  # a finished run this budget goes on with
+    shorter["fairseq"] = {**spec["fairseq"], "optimization": {**optimization, "max_update": 300}}
+    for made in (other, shorter):  # another run, not this one training
+        (run_dir / "spec.json").write_text(json.dumps(made))
+        capsys.readouterr()
+        claims.main([*args, "--report-only"])
+        assert "as far as trained" not in capsys.readouterr().out
+        assert "preln no warm-up" not in (tmp_path / "toy.md").read_text()
 
 
 def test_claim_report_of_runs_without_the_baseline(tmp_path):

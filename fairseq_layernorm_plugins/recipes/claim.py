@@ -177,17 +177,17 @@ def train_run(claim, run, args):
 
 
 def training_record(claim, run, args):
-    """The record of a run still training (or stopped before its end), for ``--report-only``:
-    its curves so far from RUNS/CLAIM/<run>/train.log, status "training" ("ended, not scored" once
-    patience or the budget stopped it), no test score; None where the run directory holds no
-    validation of this run (made with another spec, or none)."""
+    """The record of a run still training, for ``--report-only``: its curves so far from
+    RUNS/CLAIM/<run>/train.log, status "training" ("ended, not scored" once patience or the
+    budget stopped it; a run whose process was killed stays "training"), no test score; None
+    where the run directory holds no validation of this run (none, or a run made with another
+    spec, a shorter budget's included, which ``train_run`` would go on with or replace)."""
     _, spec = run_spec(claim, run, args)
     run_dir = claim_dir(args) / run.key
     made = run_dir / "spec.json"
     if not made.is_file() or not (run_dir / "train.log").is_file():
         return None
-    previous = json.loads(made.read_text())
-    if not (specs.same_run(previous, spec) or experiment.extends(previous, spec)):
+    if not specs.same_run(json.loads(made.read_text()), spec):
         return None
     curves = read_log_curves(run_dir / "train.log")
     if not curves["valid"]:

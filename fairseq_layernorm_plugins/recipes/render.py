@@ -466,19 +466,24 @@ def converged_note(records):
     return lines + [""]
 
 
+def training(record):
+    """Whether the run is still training (``--report-only``: ``claim.training_record``)."""
+    return record.get("status") == "training"
+
+
 def stopped_at(record):
     """Where a converged run stopped, or "N (training)" for one still training."""
-    return f"{record['updates']} (training)" if record.get("status") == "training" else str(record["updates"])
+    return f"{record['updates']} (training)" if training(record) else str(record["updates"])
 
 
 def stopped_by(record):
     """Whether patience stopped the run: "yes", "no (cap)", or "not yet" while it trains."""
-    return "yes" if record.get("stopped_early") else "not yet" if record.get("status") == "training" else "no (cap)"
+    return "yes" if record.get("stopped_early") else "not yet" if training(record) else "no (cap)"
 
 
 def legend(record):
-    """A run's label in a plot's legend, "(training)" added while it trains (``--report-only``)."""
-    return record["label"] + (" (training)" if record.get("status") == "training" else "")
+    """A run's label in a plot's legend, "(training)" added while it trains."""
+    return record["label"] + (" (training)" if training(record) else "")
 
 
 def nll_and_bleu(validation):
