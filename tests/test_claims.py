@@ -405,6 +405,14 @@ def test_report_only_shows_the_runs_still_training_from_their_logs(tmp_path, mon
     markdown = (tmp_path / "toy.md").read_text()
     assert "| preln no warm-up | 300 | 200 | yes |" in markdown
     assert "| preln no warm-up | adam | none | ended, not scored | 6.400 |" in markdown
+    assert "Made by:\n\n    python scripts/claims.py toy --updates 400" in markdown  # the finished run's command
+
+    (tmp_path / "toy.json").unlink()  # no run finished yet: no command made anything in the report
+    claims.main([*args, "--report-only"])
+    markdown = (tmp_path / "toy.md").read_text()
+    assert "Made by: no run has finished yet.\n" in markdown and "| preln no warm-up | 300 | 200 | yes |" in markdown
+    assert "| postln warm-up |" not in markdown
+    (tmp_path / "toy.json").write_text(results)
 
     optimization = spec["fairseq"]["optimization"]
     other = {**spec, "fairseq": {**spec["fairseq"], "optimization": {**optimization, "lr": [0.5]}}}

@@ -74,10 +74,10 @@ def device_note(records, prefix=None):
 
 
 def claim_header(claim_name, claim, commands):
-    """The lines every claim report starts with: the claim, the paper, the commands."""
-    return [f"### {claim_name}: {claim.paper}", "", f"Claim: {claim.statement}", "", "Made by:", ""] + [
-        f"    {c}" for c in commands
-    ]
+    """The lines every claim report starts with: the claim, the paper, the commands (none before
+    a run finishes: ``--report-only`` then shows runs still training)."""
+    made = ["Made by:", ""] + [f"    {c}" for c in commands] if commands else ["Made by: no run has finished yet."]
+    return [f"### {claim_name}: {claim.paper}", "", f"Claim: {claim.statement}", "", *made]
 
 
 def lm_claim_report(claim_name, claim, records, commands, out, unigram):
