@@ -212,6 +212,9 @@ def test_converged_plot_adds_the_late_nll_and_crosses_runs_with_model_options(mo
     assert late.get_xlim()[0] == 2000 and late.get_ylim() == pytest.approx((4.0 - 0.02, 4.25 + 0.02))
     markers = {line.get_label(): line.get_marker() for line in late.get_lines() if not line.get_label().startswith("_")}
     assert markers == {"postln warm-up": ".", "preln no warm-up": "x"}
+    still = [r | {"status": "training", "test_bleu": None, "stopped_early": False} for r in (record, control)]
+    render.claim_report("toy", TOY, still, [], "unused", 8.0)  # --report-only: the same zoom
+    assert figures[-1].axes[2].get_ylim() == pytest.approx((4.0 - 0.02, 4.25 + 0.02))
 
 
 @pytest.mark.slow(1)
