@@ -203,10 +203,10 @@ def claim_report(claim_name, claim, records, commands, out, unigram):
                 best = scored_validation(r)
                 ax.plot(best["update"], best["nll"], "*", color=colour, markersize=11, markeredgecolor="black")
     if late:
-        after = [  # the trained runs' and those training (a stalled run's NLL would undo the zoom)
+        after = [  # a stalled or diverged run's NLL would undo the zoom
             v["nll"]
             for r in records
-            if r["status"] in ("trained", "training", "ended, not scored")
+            if r["status"] not in ("stalled", "diverged")
             for v in r["valid"]
             if v["update"] >= UPDATES and math.isfinite(v["nll"])
         ]
