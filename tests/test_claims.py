@@ -186,8 +186,9 @@ def test_a_converged_run_is_shown_early_and_at_its_best():
 
 def test_converged_plot_adds_the_late_nll_and_crosses_runs_with_model_options(monkeypatch):
     """A converged claim's plot has a third panel, the validation NLL from update 2000 on (its
-    y range fitted to those validations), unless no run got past update 2000; a run with model
-    options of its own is drawn with crosses."""
+    y range fitted to those validations, finished or training runs', not a stalled one's),
+    unless no run got past update 2000; a run with model options of its own is drawn with
+    crosses."""
     figures = []
     monkeypatch.setattr(render, "save_report", lambda fig, out, lines: figures.append(fig))
     valid = [{"update": 1000, "nll": 4.5, "bleu": 30.0}, {"update": 2000, "nll": 4.25, "bleu": 33.5}]
@@ -213,7 +214,11 @@ def test_converged_plot_adds_the_late_nll_and_crosses_runs_with_model_options(mo
     markers = {line.get_label(): line.get_marker() for line in late.get_lines() if not line.get_label().startswith("_")}
     assert markers == {"postln warm-up": ".", "preln no warm-up": "x"}
     still = [r | {"status": "training", "test_bleu": None, "stopped_early": False} for r in (record, control)]
+    stuck = [{"update": u, "nll": 9.0, "bleu": 0.1} for u in (1000, 2000, 2500)]  # stalled so far: not zoomed on
+    stuck = still[1] | {"valid": stuck, "health": "stalled", "best_update": 2500}
     render.claim_report("toy", TOY, still, [], "unused", 8.0)  # --report-only: the same zoom
+    assert figures[-1].axes[2].get_ylim() == pytest.approx((4.0 - 0.02, 4.25 + 0.02))
+    render.claim_report("toy", TOY, [still[0], stuck], [], "unused", 8.0)
     assert figures[-1].axes[2].get_ylim() == pytest.approx((4.0 - 0.02, 4.25 + 0.02))
 
 
@@ -358,7 +363,8 @@ def test_report_only_shows_the_runs_still_training_from_their_logs(tmp_path, mon
     """``--report-only`` while a claim's runs train (another process, to convergence): a run with
     a validated train.log and no record in OUT.json is reported from its log as far as it has
     trained, marked "training" (its best update so far, no test score) and, once patience has
-    stopped it, "ended, not scored"; OUT.json stays as it was, and a run directory made with
+    stopped it, "ended, not scored", and "training (stalled)" while its last validation is
+    not below the unigram entropy; OUT.json stays as it was, and a run directory made with
     another spec is not reported."""
     monkeypatch.setitem(claims.CLAIMS, "toy", TOY)
     args = ["toy", "--updates", "400", "--patience", "3", "--validate-every", "100", "--test-lines", "20"]
@@ -415,6 +421,13 @@ def test_report_only_shows_the_runs_still_training_from_their_logs(tmp_path, mon
     markdown = (tmp_path / "toy.md").read_text()
     assert "Made by: no run has finished yet.\n" in markdown and "| preln no warm-up | 300 | 200 | yes |" in markdown
     assert "| postln warm-up |" not in markdown
+
+    unigram = claims.unigram_of(TOY, str(multi30k))  # a run training but stalled so far says so
+    stalled = {"epoch": 2, "valid_loss": unigram + 1.6, "valid_nll_loss": unigram + 1, "valid_bleu": 0.1}
+    log = log[:-1] + [f"| INFO | valid | {json.dumps(stalled | {'valid_num_updates': 300})}"]
+    (run_dir / "train.log").write_text("\n".join(log) + "\n")
+    claims.main([*args, "--report-only"])
+    assert "| preln no warm-up | adam | none | training (stalled) |" in (tmp_path / "toy.md").read_text()
     (tmp_path / "toy.json").write_text(results)
 
     optimization = spec["fairseq"]["optimization"]

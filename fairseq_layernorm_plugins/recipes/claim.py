@@ -17,6 +17,7 @@ from pathlib import Path
 from fairseq_layernorm_plugins.atomic import write_json
 from fairseq_layernorm_plugins.recipes import experiment, specs
 from fairseq_layernorm_plugins.recipes.curves import read_log_curves, unigram_bits
+from fairseq_layernorm_plugins.recipes.curves import status as health_of
 
 LANGUAGE_MODEL_CORPORA = ("wikitext2",)
 BUDGET = ("updates", "validate_every", "max_tokens", "seed")  # with each run's spec: what makes runs comparable
@@ -179,7 +180,8 @@ def train_run(claim, run, args):
 def training_record(claim, run, args):
     """The record of a run still training, for ``--report-only``: its curves so far from
     RUNS/CLAIM/<run>/train.log, status "training" ("ended, not scored" once patience or the
-    budget stopped it; a run whose process was killed stays "training"), no test score; None
+    budget stopped it; a run whose process was killed stays "training"), its health so far
+    (``curves.status`` of its last validation: "trained", "stalled" or "diverged"), no test score; None
     where the run directory holds no validation of this run (none, or a run made with another
     spec, a shorter budget's included, which ``train_run`` would go on with or replace)."""
     _, spec = run_spec(claim, run, args)
@@ -194,7 +196,8 @@ def training_record(claim, run, args):
         return None
     record = run_record(claim, run, spec, run_dir, curves, "+".join(devices_so_far(run_dir)) or "cpu")
     ended = record.get("stopped_early") or record["updates"] >= args.updates
-    return record | {"status": "ended, not scored" if ended else "training", score_key(claim): None}
+    health = health_of(curves["valid"][-1]["nll_loss"], unigram_of(claim, args.data_dir))
+    return record | {"status": "ended, not scored" if ended else "training", "health": health, score_key(claim): None}
 
 
 def score_key(claim):

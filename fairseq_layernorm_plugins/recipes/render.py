@@ -173,7 +173,7 @@ def claim_report(claim_name, claim, records, commands, out, unigram):
         best = max((v["bleu"] for v in r["valid"] if v["bleu"] is not None), default=None)
         reach = "n/a (not run)" if not base else first_update_reaching(r, target) or "not reached"
         lines.append(
-            f"| {r['label']} | {r['optimizer']} | {r['warmup'] or 'none'} | {r['status']} | {last['nll']:.3f} | "
+            f"| {r['label']} | {r['optimizer']} | {r['warmup'] or 'none'} | {status_of(r)} | {last['nll']:.3f} | "
             f"{number(last['bleu'])} | {number(best)} | {reach} | "
             f"{number(r['test_bleu'])} |"
             + (f" {number(r.get('test_bleu_averaged'))} |" if averaged else "")
@@ -206,7 +206,7 @@ def claim_report(claim_name, claim, records, commands, out, unigram):
         after = [  # a stalled or diverged run's NLL would undo the zoom
             v["nll"]
             for r in records
-            if r["status"] not in ("stalled", "diverged")
+            if health(r) not in ("stalled", "diverged")
             for v in r["valid"]
             if v["update"] >= UPDATES and math.isfinite(v["nll"])
         ]
@@ -469,6 +469,18 @@ def converged_note(records):
 def training(record):
     """Whether the run is still training (``--report-only``: ``claim.training_record``)."""
     return record.get("status") == "training"
+
+
+def health(record):
+    """ "trained", "stalled" or "diverged": a finished run's status, a run still training's
+    health so far (``claim.training_record``)."""
+    return record.get("health", record["status"])
+
+
+def status_of(record):
+    """The status cell: "trained", or "training (stalled)" for a run training and stalled so far."""
+    unwell = health(record) != record["status"] and health(record) != "trained"
+    return f"{record['status']} ({health(record)})" if unwell else record["status"]
 
 
 def stopped_at(record):
