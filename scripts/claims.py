@@ -68,7 +68,9 @@ sharing it (and decodes there). The run's spec is the CPU run's (the device chan
 masks and the rounding, not the recipe), so a GPU run completes a CPU seed's set; each record and
 report names the devices it trained on. ``--report-only`` trains nothing and writes the reports
 from OUT.json (e.g. of runs made on a GPU node), with the runs still training (their train.log
-so far, marked "training", no test score; OUT.json keeps finished runs only):
+so far, marked "training", no test score). OUT.json keeps finished runs only; the others, as
+far as trained, go to OUT-unfinished.json, so that a run whose directory is gone is still
+reported, marked "stopped" (its next command trains it from scratch):
 
     python scripts/claims.py shallow --seed 2 3 --runs-only postln admin --device cuda --jobs 8 \\
         --patience 5 --validate-every 500 --updates 30000 --out docs/claims/shallow
@@ -98,7 +100,7 @@ from fairseq_layernorm_plugins.recipes.claim import (
     claim_dir,
     run_spec,
     train_run,
-    training_record,
+    unfinished_records,
     unigram_of,
 )
 from fairseq_layernorm_plugins.recipes.experiment import REPO, seed_path
@@ -362,7 +364,7 @@ def main(argv=None):
         "--report-only",
         action="store_true",
         help="train nothing: write OUT.md and .png (and the seeds report) from the runs OUT.json holds "
-        "and, as far as they have trained, the runs still training (not in OUT.json)",
+        "and, as far as they have trained, the runs still training (kept in OUT-unfinished.json)",
     )
     parser.add_argument("--runs", default=str(REPO / "runs" / "claims"), help="run directories go to RUNS/CLAIM/")
     parser.add_argument("--out", help="writes OUT.md, OUT.png, OUT.json (default: RUNS/CLAIM)")
@@ -409,14 +411,14 @@ def main(argv=None):
     unigram = unigram_of(claim, args.data_dir)
     for runs in seeds.values():
         out, done = runs.out, list(runs.done.values())
-        begun = [run for run in wanted if run.label not in runs.done] if args.report_only else []
-        training = [record for run in begun if (record := training_record(claim, run, runs.args))]
+        begun = [run for run in wanted if run.label not in runs.done]
+        training = unfinished_records(claim, begun, runs.args, out, done=runs.done) if args.report_only else []
         if not done + training:  # a seed none of whose runs is made or begun yet (--report-only)
             continue
         print(render.claim_report(args.claim, claim, done + training, runs.results.commands, out, unigram))
         print(f"wrote {out}.md, .png" + ("" if args.report_only else ", .json"))
         if training:
-            print(f"  with {', '.join(r['label'] for r in training)} as far as trained: not in {out}.json")
+            print(f"  with {', '.join(r['label'] for r in training)} as far as trained: in {out}-unfinished.json")
         if against and done:
             beside = f"{out}-vs-{against[0]}"
             print(render.precision_report(args.claim, claim, done, against[1], beside))

@@ -5,6 +5,7 @@ resuming, retraining a run whose spec changed, and refusing another budget."""
 import argparse
 import dataclasses
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -365,7 +366,8 @@ def test_report_only_shows_the_runs_still_training_from_their_logs(tmp_path, mon
     trained, marked "training" (its best update so far, no test score) and, once patience has
     stopped it, "ended, not scored", and "training (stalled)" while its last validation is
     not below the unigram entropy; OUT.json stays as it was, and a run directory made with
-    another spec is not reported."""
+    another spec is not reported. Where it stood is kept in OUT-unfinished.json: once its run
+    directory is gone it is reported from there, "stopped", until it is finished."""
     monkeypatch.setitem(claims.CLAIMS, "toy", TOY)
     args = ["toy", "--updates", "400", "--patience", "3", "--validate-every", "100", "--test-lines", "20"]
     args += ["--data-dir", str(multi30k), "--runs", str(tmp_path)]
@@ -399,7 +401,7 @@ def test_report_only_shows_the_runs_still_training_from_their_logs(tmp_path, mon
 
     capsys.readouterr()
     claims.main([*args, "--report-only"])
-    assert "with preln no warm-up as far as trained: not in" in capsys.readouterr().out
+    assert f"with preln no warm-up as far as trained: in {tmp_path / 'toy-unfinished.json'}" in capsys.readouterr().out
     markdown = (tmp_path / "toy.md").read_text()
     assert (
         "| preln no warm-up | 300 (training) | 200 | not yet | n/a | 3.0 | not validated | 6.400 / 2.00 |" in markdown
@@ -429,6 +431,7 @@ def test_report_only_shows_the_runs_still_training_from_their_logs(tmp_path, mon
     claims.main([*args, "--report-only"])
     assert "| preln no warm-up | adam | none | training (stalled) |" in (tmp_path / "toy.md").read_text()
     (tmp_path / "toy.json").write_text(results)
+    (tmp_path / "toy-unfinished.json").unlink()  # below: only what the run directory holds
 
     optimization = spec["fairseq"]["optimization"]
     other = {**spec, "fairseq": {**spec["fairseq"], "optimization": {**optimization, "lr": [0.5]}}}
@@ -440,6 +443,26 @@ def test_report_only_shows_the_runs_still_training_from_their_logs(tmp_path, mon
         claims.main([*args, "--report-only"])
         assert "as far as trained" not in capsys.readouterr().out
         assert "preln no warm-up" not in (tmp_path / "toy.md").read_text()
+
+    # where it stood outlives the run directory (OUT-unfinished.json), until the run is finished
+    (run_dir / "spec.json").write_text(json.dumps(spec))
+    claims.main([*args, "--report-only"])
+    (kept,) = json.loads((tmp_path / "toy-unfinished.json").read_text())["runs"]
+    assert (kept["label"], kept["status"], kept["health"], kept["updates"]) == (
+        "preln no warm-up",
+        "training",
+        "stalled",
+        300,
+    )
+    shutil.rmtree(run_dir)
+    claims.main([*args, "--report-only"])
+    markdown = (tmp_path / "toy.md").read_text()
+    assert "| preln no warm-up | 300 (stopped) | 200 | no |" in markdown
+    assert "| preln no warm-up | adam | none | stopped (stalled) |" in markdown and "| postln warm-up |" in markdown
+    assert (tmp_path / "toy.json").read_text() == results
+    claims.main([*args, "--runs-only", "preln no warm-up"])  # trained again (faked), finished
+    claims.main([*args, "--report-only"])
+    assert not (tmp_path / "toy-unfinished.json").exists() and "(stopped)" not in (tmp_path / "toy.md").read_text()
 
 
 def test_claim_report_of_runs_without_the_baseline(tmp_path):

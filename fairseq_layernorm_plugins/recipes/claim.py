@@ -200,6 +200,29 @@ def training_record(claim, run, args):
     return record | {"status": "ended, not scored" if ended else "training", "health": health, score_key(claim): None}
 
 
+def unfinished_records(claim, runs, args, out, done=()):
+    """The records of ``runs`` (begun, not finished) for ``--report-only``: each one's
+    :func:`training_record` or, where its run directory no longer holds it, its record as last
+    reported, "training" becoming "stopped" (such a run trains again from scratch). Keeps them
+    in OUT-unfinished.json (beside the records of other runs reported there before, those in
+    ``done``, the finished runs' labels, left out; removed once none is left), so that where a
+    run stood outlives its run directory."""
+    path = Path(f"{out}-unfinished.json")
+    kept = {r["label"]: r for r in (json.loads(path.read_text())["runs"] if path.exists() else [])}
+    records = []
+    for run in runs:
+        record, earlier = training_record(claim, run, args), kept.pop(run.label, None)
+        if record is None and earlier and specs.same_run(earlier["spec"], run_spec(claim, run, args)[1]):
+            record = earlier | ({"status": "stopped"} if earlier["status"] == "training" else {})
+        records += [record] if record else []
+    others = [r for label, r in kept.items() if label not in done]
+    if records or others:
+        write_json(path, {"budget": budget(args), "runs": records + others})
+    else:
+        path.unlink(missing_ok=True)
+    return records
+
+
 def score_key(claim):
     """The record's test score: "test_bleu", a language model's "test_ppl"."""
     return "test_ppl" if claim.language_model else "test_bleu"

@@ -471,6 +471,12 @@ def training(record):
     return record.get("status") == "training"
 
 
+def unfinished(record):
+    """Whether the run is training, or stopped where its run directory is gone
+    (``claim.unfinished_records``)."""
+    return record.get("status") in ("training", "stopped")
+
+
 def health(record):
     """ "trained", "stalled" or "diverged": a finished run's status, a run still training's
     health so far (``claim.training_record``)."""
@@ -484,18 +490,21 @@ def status_of(record):
 
 
 def stopped_at(record):
-    """Where a converged run stopped, or "N (training)" for one still training."""
-    return f"{record['updates']} (training)" if training(record) else str(record["updates"])
+    """Where a converged run stopped: "N", or "N (training)" / "N (stopped)" for one unfinished."""
+    return f"{record['updates']} ({record['status']})" if unfinished(record) else str(record["updates"])
 
 
 def stopped_by(record):
-    """Whether patience stopped the run: "yes", "no (cap)", or "not yet" while it trains."""
-    return "yes" if record.get("stopped_early") else "not yet" if training(record) else "no (cap)"
+    """Whether patience stopped the run: "yes", "no (cap)", "not yet" while it trains, or "no"
+    for one stopped unfinished."""
+    if record.get("stopped_early"):
+        return "yes"
+    return "not yet" if training(record) else "no" if unfinished(record) else "no (cap)"
 
 
 def legend(record):
-    """A run's label in a plot's legend, "(training)" added while it trains."""
-    return record["label"] + (" (training)" if training(record) else "")
+    """A run's label in a plot's legend, "(training)" or "(stopped)" added while unfinished."""
+    return record["label"] + (f" ({record['status']})" if unfinished(record) else "")
 
 
 def nll_and_bleu(validation):
