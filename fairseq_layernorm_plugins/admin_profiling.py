@@ -287,7 +287,6 @@ def maybe_profile(cfg, task, model):
     profile or fairseq is about to load its omega from a checkpoint (module docstring)."""
     if not profiles(model):
         return
-    args = model.args
     path = checkpoint_to_load(cfg.checkpoint)
     if path is not None:
         state = torch.load(path, map_location="cpu", weights_only=False, mmap=True)["model"]
@@ -301,6 +300,16 @@ def maybe_profile(cfg, task, model):
                 f"{path}: not a checkpoint of this model (missing {missing[:3]}, unexpected {unexpected[:3]})"
             )
         logger.info(f"Admin: {path} holds no omega; profiling its weights")
+    set_initial_omegas_(cfg, task, model)
+
+
+def set_initial_omegas_(cfg, task, model):
+    """Set the omega of an Admin ``model`` as ``fairseq-train`` does before its first update:
+    from ``--admin-profile-from``, or profiled on the first ``--admin-profile-batches``
+    training batches of epoch 1 (the run's seed and ``--max-tokens``) in
+    ``--admin-profile-precision``; logs each sub-layer's variances and omega, and writes
+    ``--admin-profile-json``."""
+    args = model.args
     if getattr(args, "admin_profile_from", None):
         return omegas_from_file_(model, args.admin_profile_from)
     if torch.cuda.is_available() and not cfg.common.cpu:

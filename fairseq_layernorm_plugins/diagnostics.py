@@ -1,6 +1,6 @@
 """The papers' analyses at initialisation, for any registered arch and depth, on real
 batches from a data-bin (the models are built exactly as ``fairseq-train`` builds them;
-Admin is profiled on the first batch, as in training):
+Admin is profiled on the training batches ``fairseq-train`` profiles it on):
 
 * :func:`grad_norms`: gradient norm of every parameter matrix after one backward pass;
   :func:`ffn_grad_norms` picks the FFN's second matrix per layer (Pre-LN paper Fig. 3);
@@ -26,7 +26,7 @@ import math
 import torch
 from fairseq import options, tasks
 
-from fairseq_layernorm_plugins.admin_profiling import admin_layers, profile_admin_, profiles
+from fairseq_layernorm_plugins.admin_profiling import admin_layers, profiles, set_initial_omegas_
 
 
 def training_args(data_bin, arch, *overrides):
@@ -66,10 +66,14 @@ def sample_batch(task, split="valid", sentences=32):
     return dataset.collater([dataset[i] for i in range(min(sentences, len(dataset)))])
 
 
-def prepare_model(model, sample):
-    """Admin: profile omega on ``sample`` as fairseq-train would (no-op for other archs)."""
+def prepare_model(model, task):
+    """Admin: omega as ``fairseq-train`` sets it before its first update with the model's
+    options (profiled on the first training batches of epoch 1, its ``--seed`` and
+    ``--max-tokens``; or ``--admin-profile-from``); no-op for other archs."""
     if profiles(model):
-        profile_admin_(model, [sample])
+        from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+        set_initial_omegas_(convert_namespace_to_omegaconf(model.args), task, model)
     return model
 
 

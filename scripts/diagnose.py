@@ -42,9 +42,11 @@ def diagnose(model, criterion, sample, seed, lr):
     }
 
 
-def measure(data_bin, archs, depths, model_args, sentences, seed, lr, checkpoints=()):
+def measure(data_bin, archs, depths, model_args, sentences, seed, lr, checkpoints=(), max_tokens=2048):
     """{name: {depth: diagnostics}}: each arch at each depth at initialisation, and each
-    (label, path) of ``checkpoints`` as trained (its depth from its own options)."""
+    (label, path) of ``checkpoints`` as trained (its depth from its own options). A model at
+    initialisation is built as ``fairseq-train --seed SEED --max-tokens MAX_TOKENS MODEL_ARGS``
+    builds it, Admin's omega profiled on that run's first training batches."""
     import fairseq_layernorm_plugins  # noqa: F401  (registers the archs)
     from fairseq_layernorm_plugins import diagnostics as D
 
@@ -52,11 +54,11 @@ def measure(data_bin, archs, depths, model_args, sentences, seed, lr, checkpoint
         for arch in archs:
             for depth in depths:
                 model, criterion, task = D.build(
-                    data_bin, arch, *model_args, "--encoder-layers", depth, "--decoder-layers", depth, seed=seed
-                )
-                sample = D.sample_batch(task, sentences=sentences)
-                D.prepare_model(model, sample)  # Admin: profiled on the batch, as fairseq-train would
-                yield arch, model, criterion, sample
+                    data_bin, arch, "--seed", seed, "--max-tokens", max_tokens, *model_args,
+                    "--encoder-layers", depth, "--decoder-layers", depth, seed=seed,
+                )  # fmt: skip
+                D.prepare_model(model, task)  # Admin: profiled as fairseq-train would, on training batches
+                yield arch, model, criterion, D.sample_batch(task, sentences=sentences)
         for label, path in checkpoints:
             model, criterion, task = D.load(data_bin, path)
             yield label, model, criterion, D.sample_batch(task, sentences=sentences)
@@ -164,7 +166,13 @@ def parse(argv):
     parser.add_argument("--depths", nargs="+", type=int, default=[2, 6, 12])
     parser.add_argument("--sentences", type=int, default=32, help="validation sentences in the batch (default 32)")
     parser.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate of the one-update output change")
-    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=1, help="the models' seed, as fairseq-train's --seed")
+    parser.add_argument(
+        "--max-tokens",
+        type=int,
+        default=2048,
+        help="fairseq-train's --max-tokens, the batches Admin is profiled on at initialisation (default 2048, the claims')",
+    )
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     if not args.archs and not args.checkpoints:
@@ -181,7 +189,15 @@ def main(argv=None):
     args, model_args = parse(argv)
     Path(args.out).mkdir(parents=True, exist_ok=True)
     results = measure(
-        args.data_bin, args.archs or [], args.depths, model_args, args.sentences, args.seed, args.lr, args.checkpoints
+        args.data_bin,
+        args.archs or [],
+        args.depths,
+        model_args,
+        args.sentences,
+        args.seed,
+        args.lr,
+        args.checkpoints,
+        args.max_tokens,
     )
     write_json(
         Path(args.out) / "diagnostics.json",

@@ -9,6 +9,7 @@ import pytest
 from conftest import shared_data
 
 from fairseq_layernorm_plugins import diagnostics as D
+from fairseq_layernorm_plugins.admin_profiling import profile_admin_
 from fairseq_layernorm_plugins.prepare.iwslt14_mini import prepare
 
 SMALL = (
@@ -36,10 +37,10 @@ def measured(mini_bin):
     ):
         for layers in (2, 12):
             model, criterion, task = D.build(
-                mini_bin, arch, *SMALL, "--encoder-layers", layers, "--decoder-layers", layers
+                mini_bin, arch, *SMALL, "--max-tokens", 1000, "--encoder-layers", layers, "--decoder-layers", layers
             )
             sample = D.sample_batch(task, sentences=16)
-            D.prepare_model(model, sample)
+            D.prepare_model(model, task)
             results[arch.replace("_iwslt_de_en", "").replace("_postln", ""), layers] = (  # Post-LN as "transformer"
                 D.grad_norms(model, criterion, sample),
                 D.output_change(model, criterion, sample, "adam"),
@@ -98,11 +99,11 @@ def test_omega_summary_of_a_profiled_admin_model_is_one_value_per_sublayer(mini_
     """Profiling fills each sub-layer's omega with one value (the running ratio, which grows
     from 1 in forward order); archs without omega have none."""
     model, _, task = D.build(
-        mini_bin, "transformer_admin_iwslt_de_en", *SMALL, "--encoder-layers", 3, "--decoder-layers", 2
-    )
-    sample = D.sample_batch(task, sentences=4)
+        mini_bin, "transformer_admin_iwslt_de_en", *SMALL, "--max-tokens", 1000, "--encoder-layers", 3,
+        "--decoder-layers", 2,
+    )  # fmt: skip
     assert all(o == {"mean": 1.0, "min": 1.0, "max": 1.0} for o in D.omega_summary(model)["encoder"])
-    D.prepare_model(model, sample)
+    D.prepare_model(model, task)
     summary = D.omega_summary(model)
     assert [len(summary["encoder"]), len(summary["decoder"])] == [6, 6]  # 3 layers x 2, 2 layers x 3 sub-layers
     for stack, rows in summary.items():
@@ -111,6 +112,36 @@ def test_omega_summary_of_a_profiled_admin_model_is_one_value_per_sublayer(mini_
         assert means == sorted(means) and means[-1] > 1, stack
     preln, _, _ = D.build(mini_bin, "transformer_preln_iwslt_de_en", *SMALL)
     assert D.omega_summary(preln) == {}
+
+
+def test_an_admin_model_at_initialisation_has_the_omega_fairseq_train_profiles(mini_bin, tmp_path):
+    """diagnose.py's Admin at initialisation is the model fairseq-train starts from: the same
+    seed's weights, profiled on the same first training batches (dropout off, so that the
+    two passes are identical), not on the validation batch the diagnostics then measure."""
+    from conftest import REPO, run_cli
+
+    options = (*SMALL, "--encoder-layers", 3, "--decoder-layers", 2, "--max-tokens", 1000, "--seed", 3)
+    no_dropout = ("--dropout", 0, "--attention-dropout", 0, "--activation-dropout", 0)
+    profile = tmp_path / "profile.json"
+    run_cli(
+        "fairseq-train", mini_bin, "--user-dir", REPO / "fairseq_layernorm_plugins", "--arch",
+        "transformer_admin_iwslt_de_en", *options, *no_dropout, "--admin-profile-batches", 2,
+        "--admin-profile-json", profile, "--cpu", "--optimizer", "adam", "--lr", "1e-3", "--max-update", 1,
+        "--save-dir", tmp_path / "ckpt", "--no-save", "--disable-validation",
+    )  # fmt: skip
+    trained = json.loads(profile.read_text())
+    model, _, task = D.build(
+        mini_bin, "transformer_admin_iwslt_de_en", *options, *no_dropout, "--admin-profile-batches", 2, seed=3
+    )
+    D.prepare_model(model, task)
+
+    def means(model):
+        return [o["mean"] for stack in ("encoder", "decoder") for o in D.omega_summary(model)[stack]]
+
+    assert means(model) == pytest.approx([row["omega"] for stack in ("encoder", "decoder") for row in trained[stack]])
+    on_valid, _, _ = D.build(mini_bin, "transformer_admin_iwslt_de_en", *options, *no_dropout, seed=3)
+    profile_admin_(on_valid, [D.sample_batch(task, sentences=32)])
+    assert means(on_valid) != pytest.approx(means(model), rel=1e-3)  # the batches matter
 
 
 def test_loss_and_scale_is_the_criterions_nll_and_a_final_layernorms_unit_rms(mini_bin):
