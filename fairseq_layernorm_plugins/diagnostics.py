@@ -146,7 +146,8 @@ def output_change(model, criterion, sample, kind="adam", lr=1e-3, scale=1e-2, se
 def dependency(model, sample):
     """{"encoder" | "decoder": [beta_ii per sub-layer, bottom to top]}: each sub-layer's
     ``residual_connection(f, residual)`` output y (before any LayerNorm) and its branch
-    f give beta_ii = sqrt(Var[f] / Var[y])."""
+    f (T x B x C) give beta_ii = sqrt(Var[f] / Var[y]), each variance over the whole padded
+    tensor, padding included, as Admin's profiling computes its own."""
     records = {"encoder": [], "decoder": []}
     originals = []
     for stack in records:
