@@ -35,15 +35,16 @@ def training_args(data_bin, arch, *overrides):
     return options.parse_args_and_arch(parser, [str(data_bin), "--arch", arch, "--cpu", *map(str, overrides)])
 
 
-def build(data_bin, arch, *overrides, seed=1):
+def build(data_bin, arch, *overrides, seed=None):
     """(model, criterion, task) for ``fairseq-train DATA --arch ARCH OVERRIDES`` on CPU."""
     return build_from_args(training_args(data_bin, arch, *overrides), seed)
 
 
-def build_from_args(args, seed=1):
-    """(model, criterion, task) from parsed ``fairseq-train`` args, as fairseq-train builds them."""
+def build_from_args(args, seed=None):
+    """(model, criterion, task) from parsed ``fairseq-train`` args, as fairseq-train builds them:
+    the weights from ``seed``, by default the args' ``--seed``."""
     task = tasks.setup_task(args)
-    torch.manual_seed(seed)
+    torch.manual_seed(args.seed if seed is None else seed)
     model = task.build_model(args)
     return model, task.build_criterion(args), task
 
@@ -73,6 +74,8 @@ def prepare_model(model, task):
     if profiles(model):
         from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
+        if model.args.max_tokens is None and model.args.batch_size is None:
+            raise ValueError("profiling Admin as fairseq-train does needs its --max-tokens or --batch-size")
         set_initial_omegas_(convert_namespace_to_omegaconf(model.args), task, model)
     return model
 

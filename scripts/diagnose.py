@@ -53,9 +53,10 @@ def measure(data_bin, archs, depths, model_args, sentences, seed, lr, checkpoint
     def models():
         for arch in archs:
             for depth in depths:
+                # the weights and Admin's profiling batches both come from the last --seed given
                 model, criterion, task = D.build(
                     data_bin, arch, "--seed", seed, "--max-tokens", max_tokens, *model_args,
-                    "--encoder-layers", depth, "--decoder-layers", depth, seed=seed,
+                    "--encoder-layers", depth, "--decoder-layers", depth,
                 )  # fmt: skip
                 D.prepare_model(model, task)  # Admin: profiled as fairseq-train would, on training batches
                 yield arch, model, criterion, D.sample_batch(task, sentences=sentences)
