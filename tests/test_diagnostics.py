@@ -145,6 +145,14 @@ def test_an_admin_model_at_initialisation_has_the_omega_fairseq_train_profiles(m
     assert means(on_valid) != pytest.approx(means(model), rel=1e-3)  # the batches matter
 
 
+def test_profiling_at_initialisation_needs_a_batch_size(mini_bin):
+    """Without --max-tokens or --batch-size fairseq would batch the whole training split."""
+    model, _, task = D.build(mini_bin, "transformer_admin_iwslt_de_en", *SMALL, "--encoder-layers", 1)
+    with pytest.raises(ValueError, match="--max-tokens or --batch-size"):
+        D.prepare_model(model, task)
+    assert all(o["mean"] == 1.0 for o in D.omega_summary(model)["encoder"])  # left unprofiled
+
+
 def test_loss_and_scale_is_the_criterions_nll_and_a_final_layernorms_unit_rms(mini_bin):
     """nll_bits is fairseq's own NLL of the batch (label-smoothed criterion's nll_loss, in
     nats summed over tokens) in bits per token; behind a final LayerNorm at initialisation
