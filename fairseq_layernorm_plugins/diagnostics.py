@@ -72,10 +72,10 @@ def prepare_model(model, task):
     options (profiled on the first training batches of epoch 1, its ``--seed`` and
     ``--max-tokens``; or ``--admin-profile-from``); no-op for other archs."""
     if profiles(model):
-        from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-
         if model.args.max_tokens is None and model.args.batch_size is None:
             raise ValueError("profiling Admin as fairseq-train does needs its --max-tokens or --batch-size")
+        from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
         set_initial_omegas_(convert_namespace_to_omegaconf(model.args), task, model)
     return model
 

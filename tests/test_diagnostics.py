@@ -132,15 +132,15 @@ def test_an_admin_model_at_initialisation_has_the_omega_fairseq_train_profiles(m
     )  # fmt: skip
     trained = json.loads(profile.read_text())
     model, _, task = D.build(
-        mini_bin, "transformer_admin_iwslt_de_en", *options, *no_dropout, "--admin-profile-batches", 2, seed=3
+        mini_bin, "transformer_admin_iwslt_de_en", *options, *no_dropout, "--admin-profile-batches", 2
     )
-    D.prepare_model(model, task)
+    D.prepare_model(model, task)  # weights and batches both from the options' --seed 3
 
     def means(model):
         return [o["mean"] for stack in ("encoder", "decoder") for o in D.omega_summary(model)[stack]]
 
     assert means(model) == pytest.approx([row["omega"] for stack in ("encoder", "decoder") for row in trained[stack]])
-    on_valid, _, _ = D.build(mini_bin, "transformer_admin_iwslt_de_en", *options, *no_dropout, seed=3)
+    on_valid, _, _ = D.build(mini_bin, "transformer_admin_iwslt_de_en", *options, *no_dropout)
     profile_admin_(on_valid, [D.sample_batch(task, sentences=32)])
     assert means(on_valid) != pytest.approx(means(model), rel=1e-3)  # the batches matter
 
