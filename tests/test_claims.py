@@ -674,8 +674,22 @@ def test_seeds_are_compared_run_by_run_and_paired_by_seed(tmp_path, monkeypatch)
         converged |= {"best_update": 4, "stopped_early": True, "test_bleu_averaged": 30.0 + seed, "averaged": five}
         baseline = seed_record("postln warm-up", "postln", 28.0, 4.0) | {"best_update": 4, "stopped_early": True}
         baseline |= {"test_bleu_averaged": 29.0 - seed, "averaged": five}  # averaged minus baseline: +3, +5, +7
-        results(name, seed, baseline, converged)
+        converged |= {"updates": 6, "train_hours": 0.25 * seed}
+        baseline |= {"updates": 4 + seed, "train_hours": 1.04}
+        if seed == 2:  # validated at the fixed budget's update
+            converged["valid"].insert(0, {"update": claims.UPDATES, "nll": 5.0, "bleu": 2.5})
+        results(name, seed, *([baseline, converged] if seed < 3 else [converged]))
     markdown = render.claim_seeds_report("toy", TOY, first)
+    by_seed = markdown.split("Every run by seed")[1].splitlines()[4:]
+    assert by_seed == [  # grouped by run in the claim's order, a run of one seed too
+        "| postln warm-up | 1 | 5 | 4 | 1.0 | not validated | 4.000 / 1.00 | 28.00 | 28.00 (5) |",
+        "| postln warm-up | 2 | 6 | 4 | 1.0 | not validated | 4.000 / 1.00 | 28.00 | 27.00 (5) |",
+        "| preln no warm-up | 1 | 6 | 4 | 0.2 | not validated | 3.500 / 1.00 | 30.00 | 31.00 (5) |",
+        "| preln no warm-up | 2 | 6 | 4 | 0.5 | 5.000 / 2.50 | 3.000 / 1.00 | 30.00 | 32.00 (5) |",
+        "| preln no warm-up | 3 | 6 | 4 | 0.8 | not validated | 4.000 / 1.00 | 30.00 | 33.00 (5) |",
+    ]
+    results("toy-seed3", 3, baseline, converged)
+    markdown = render.claim_seeds_report("toy", TOY, first).split("Every run by seed")[0]
     rows = {line.split(" | ")[0][2:]: line.split(" | ")[1:] for line in markdown.splitlines() if line.startswith("| p")}
     assert "| best-checkpoint valid NLL | best-checkpoint valid BLEU |" in markdown
     assert rows["preln no warm-up"][3:5] == ["3.500 ± 0.500", "1.00 ± 0.00"]

@@ -291,6 +291,8 @@ def claim_seeds_report(claim_name, claim, first):
                 "|---|---|---|---|---|",
                 *rows,
             ]
+    if converged(every):
+        lines += ["", *converged_runs_by_seed(claim, by_seed)]
 
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
@@ -464,6 +466,36 @@ def converged_note(records):
             f"{nll_and_bleu(early) if early else 'not validated'} | {nll_and_bleu(scored_validation(r))} |"
         )
     return lines + [""]
+
+
+def converged_runs_by_seed(claim, by_seed):
+    """Lines of a converged claim's seeds report: every run of every seed (one seed alone too),
+    grouped by run in the claim's order, with where it stopped, its training time, its validation
+    at update ``UPDATES`` and at its best, and its test BLEU from the best and the averaged
+    checkpoints (how many, in brackets); ``by_seed``: seed -> label -> record."""
+    lines = [
+        f"Every run by seed: where it stopped, its training hours, its validation at update {UPDATES} and at "
+        "its best checkpoint, and its test BLEU (from the averaged checkpoints: how many in brackets).",
+        "",
+        "| run | seed | stopped at | best update | training hours | "
+        f"valid NLL / BLEU at update {UPDATES} | valid NLL / BLEU at best | test BLEU | test BLEU, averaged |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for run in claim.runs:
+        for seed, runs in by_seed.items():
+            r = runs.get(run.label)
+            if r is None:
+                continue
+            early = next((v for v in r["valid"] if v["update"] == UPDATES), None)
+            averaged = r.get("test_bleu_averaged")
+            lines.append(
+                f"| {r['label']} | {seed} | {stopped_at(r)} | {r.get('best_update')} | "
+                f"{number(r.get('train_hours'), 1)} | {nll_and_bleu(early) if early else 'not validated'} | "
+                f"{nll_and_bleu(scored_validation(r))} | {number(r.get('test_bleu'))} | "
+                + ("" if averaged is None else f"{averaged:.2f} ({len(r['averaged'])})")
+                + " |"
+            )
+    return lines
 
 
 def training(record):
