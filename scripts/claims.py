@@ -56,7 +56,8 @@ perplexity by fairseq-eval-lm of checkpoint_best.pt; prepared with fairseq-ln-pr
 
 Seeds: ``--seed N`` (N != 1) trains in RUNS/CLAIM-seedN and writes OUT-seedN.*; once runs lie
 under two or more seeds, OUT-seeds.md and .png compare them (mean ± sd, differences paired by seed
-from the claim's baseline and from each run its ``also_against`` names).
+from the claim's baseline and from each run its ``also_against`` names; runs trained with ``--patience``
+are also listed one row per seed, with where each stopped and its training hours).
 Several seeds in one command share one queue of ``--jobs`` (in the order given):
 
     python scripts/claims.py admin --seed 2 --runs-only "preln radam" "admin radam" --out docs/claims/admin
