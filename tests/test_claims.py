@@ -681,7 +681,7 @@ def test_seeds_are_compared_run_by_run_and_paired_by_seed(tmp_path, monkeypatch)
         results(name, seed, *([baseline, converged] if seed < 3 else [converged]))
     markdown = render.claim_seeds_report("toy", TOY, first)
     by_seed = markdown.split("Every run by seed")[1].splitlines()[4:]
-    assert by_seed == [  # grouped by run in the claim's order, a run of one seed too
+    assert by_seed == [  # grouped by run in the claim's order; a seed without the run has no row
         "| postln warm-up | 1 | 5 | 4 | 1.0 | not validated | 4.000 / 1.00 | 28.00 | 28.00 (5) |",
         "| postln warm-up | 2 | 6 | 4 | 1.0 | not validated | 4.000 / 1.00 | 28.00 | 27.00 (5) |",
         "| preln no warm-up | 1 | 6 | 4 | 0.2 | not validated | 3.500 / 1.00 | 30.00 | 31.00 (5) |",
