@@ -459,11 +459,10 @@ def converged_note(records):
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in records:
-        early = next((v for v in r["valid"] if v["update"] == UPDATES), None)
         lines.append(
             f"| {r['label']} | {stopped_at(r)} | {r.get('best_update')} | {stopped_by(r)} | "
             f"{averaged_range(r)} | {r.get('train_hours', '')} | "
-            f"{nll_and_bleu(early) if early else 'not validated'} | {nll_and_bleu(scored_validation(r))} |"
+            f"{at_fixed_budget(r)} | {nll_and_bleu(scored_validation(r))} |"
         )
     return lines + [""]
 
@@ -486,11 +485,10 @@ def converged_runs_by_seed(claim, by_seed):
             r = runs.get(run.label)
             if r is None:
                 continue
-            early = next((v for v in r["valid"] if v["update"] == UPDATES), None)
             averaged = r.get("test_bleu_averaged")
             lines.append(
                 f"| {r['label']} | {seed} | {stopped_at(r)} | {r.get('best_update')} | "
-                f"{number(r.get('train_hours'), 1)} | {nll_and_bleu(early) if early else 'not validated'} | "
+                f"{number(r.get('train_hours'), 1)} | {at_fixed_budget(r)} | "
                 f"{nll_and_bleu(scored_validation(r))} | {number(r.get('test_bleu'))} | "
                 + ("" if averaged is None else f"{averaged:.2f} ({len(r['averaged'])})")
                 + " |"
@@ -537,6 +535,13 @@ def stopped_by(record):
 def legend(record):
     """A run's label in a plot's legend, "(training)" or "(stopped)" added while unfinished."""
     return record["label"] + (f" ({record['status']})" if unfinished(record) else "")
+
+
+def at_fixed_budget(record):
+    """A converged run's validation at update ``UPDATES``, where the fixed-budget claims stop,
+    as "NLL / BLEU" ("not validated" if it was not validated there)."""
+    early = next((v for v in record["valid"] if v["update"] == UPDATES), None)
+    return nll_and_bleu(early) if early else "not validated"
 
 
 def nll_and_bleu(validation):
