@@ -229,6 +229,8 @@ def test_carried_keeps_finished_results_of_the_same_budget_with_the_machine_that
     assert "a.preln.6L.bf16" in check.carried(earlier, budget, ["transformer_preln"], parts="abcde")[0]
     # throughput that did not time every arch asked for now, or another budget: measured again
     assert ("c", "fp16") not in check.carried(earlier, budget, ["transformer_preln", "transformer_dyt"])[1]
+    # ... unless this check does not measure throughput at all: then it is kept as it was
+    assert ("c", "fp16") in check.carried(earlier, budget, ["transformer_preln", "transformer_dyt"], parts="af")[1]
     assert check.carried(earlier, check.GPU) == check.carried(None, budget) == ({}, {})
 
 
@@ -306,6 +308,47 @@ def test_check_leaves_what_it_measured_when_stopped_mid_way(check_data, tmp_path
     report = json.loads((tmp_path / "out" / "check.json").read_text())
     assert [r["name"] for r in report["runs"]] == ["a.preln.2L.fp16"]
     assert "| Pre-LN | fp16 |" in (tmp_path / "out" / "check.md").read_text()
+
+
+def test_check_keeps_carried_results_beyond_its_parts_and_methods(check_data, tmp_path):
+    """A check of part a for one method, carrying an earlier check's report, keeps that report's
+    other runs and its benchmarks in its own check.json and check.md, in the plan's order."""
+    log = [{"update": u, "loss": 11.0 - u / 4, "loss_scale": 128.0, "wps": 900.0} for u in range(1, 9)]
+    summary = training_summary({"train": log, "valid": [{"loss": 9.0}], "end": {"update": 8}})
+    record = lambda part, method, layers: {
+        **summary,
+        **check.asdict(check.Run(part, method, "fp16", layers, 8)),
+        "name": check.Run(part, method, "fp16", layers, 8).name,
+        "label": check.METHODS[method][2],
+    }
+    runs = tmp_path / "runs"
+    (runs / "a.dyt.2L.fp16").mkdir(parents=True)  # this check's one run, finished on this machine: read
+    (runs / "a.dyt.2L.fp16" / "check.json").write_text(json.dumps(record("a", "dyt", 2)))
+    old = {"date": "2026-11-26", "device": "H200", "torch": "2.11", "cuda": "13.0", "python": "3.12"}
+    row = {"speed_ratio": 1.25, "spread": [1.0, 1.5], "memory_ratio": 1.0, "same": 3, "sentences": 4}
+    earlier = {
+        "facts": old,
+        "budget": json.loads(json.dumps(check.asdict(check.DRY))),
+        "runs": [record("a", "mixln", 2), record("d", "admin", 3), record("a", "preln", 2)],
+        "throughput": [
+            {"precision": "fp16", "device": "cuda", "command": "throughput.py", "archs": {"transformer_preln": row}}
+        ],
+        "decoding": [
+            {"precision": "fp16", "device": "cuda", "command": "decoding.py", "stock_sentences_per_s": 9.0, **row}
+        ],
+    }
+    (tmp_path / "earlier.json").write_text(json.dumps(earlier))
+    argv = ["--out", tmp_path / "out", "--runs", runs, "--data", check_data, "--dry-run", "--parts", "a"]
+    argv += ["--methods", "dyt", "--carry", tmp_path / "earlier.json"]
+    assert check.main(list(map(str, argv))) == 0
+    report = json.loads((tmp_path / "out" / "check.json").read_text())
+    names = ["d.admin.3L.fp16", "a.preln.2L.fp16", "a.mixln.2L.fp16", "a.dyt.2L.fp16"]  # part, then METHODS order
+    assert [r["name"] for r in report["runs"]] == names
+    assert [r.get("carried") for r in report["runs"]] == [old, old, old, None]
+    assert [b["carried"] for b in report["throughput"] + report["decoding"]] == [old, old]
+    markdown = (tmp_path / "out" / "check.md").read_text()
+    assert "| Mix-LN (carried) | fp16 |" in markdown and "| DyT | fp16 |" in markdown
+    assert "| transformer_preln | 1.250 | 1.000-1.500 |" in markdown and "9.0 sentences/s" in markdown
 
 
 @pytest.mark.slow(3)

@@ -197,11 +197,12 @@ def carried(earlier, budget, archs=(), parts=PARTS):
     runs, {(part, precision): benchmark} of its benchmarks without an error, the throughput ones
     only where they timed every arch of ``archs``), each marked with the facts of the check that
     measured it (the earlier one's, or those it carried itself). A Pre-LN run of part a is not
-    carried while part f (of ``parts``) still has to decode with its checkpoint."""
+    carried while part f (of ``parts``) still has to decode with its checkpoint; part c's
+    throughput, when part c is not in ``parts``, is carried whatever archs it timed."""
     if earlier is None or json.loads(json.dumps(asdict(budget))) != earlier["budget"]:
         return {}, {}
     mark = {"carried": earlier["facts"]}
-    complete = lambda part, b: part != "c" or set(archs) <= set(b["archs"])
+    complete = lambda part, b: part != "c" or part not in parts or set(archs) <= set(b["archs"])
     benches = {
         (part, b["precision"]): {**mark, **b}
         for part, key in (("c", "throughput"), ("f", "decoding"))
@@ -354,11 +355,20 @@ def main(argv=None):
     out = Path(args.out)
     runs = plan(args.parts, budget, methods)
     trained = {}
+    # what --carry holds beyond this check's parts and methods stays in its report
+    kept = [r for name, r in args.carried_runs.items() if name not in {run.name for run in runs}]
+    for part, key in (("c", "throughput"), ("f", "decoding")):
+        if part not in args.parts and any(p == part for p, _ in args.carried_benches):
+            report[key] = [b for (p, _), b in args.carried_benches.items() if p == part]
 
     def save(final=False):
         """OUT/check.json and check.md as far as the check has come (a machine taken back mid-way
         leaves them), and at the end check.png; returns the markdown."""
-        report["runs"] = [trained[run] for run in runs if run in trained]
+        precisions = [*budget.precisions, "fp32"]
+        report["runs"] = sorted(  # in the plan's order: part, method, precision
+            [trained[run] for run in runs if run in trained] + kept,
+            key=lambda r: ("dab".index(r["part"]), list(METHODS).index(r["method"]), precisions.index(r["precision"])),
+        )
         report["sentences"] = next((r["sentences"] for r in report["runs"] if "sentences" in r), None)
         if "b" in args.parts:
             report["omegas"] = render_check.omega_rows(report["runs"], OMEGA_TOLERANCE)
