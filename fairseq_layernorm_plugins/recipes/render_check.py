@@ -173,20 +173,24 @@ def check_files(report, out, tolerance, methods):
 
 def check_plot(report, path, methods):
     """PATH (PNG): training loss per update of parts a and d, a colour per method (its index in
-    ``methods``) and a line style per precision; None without training curves."""
+    ``methods``) and a line style per precision, one legend entry for each; None without
+    training curves."""
     groups = [(p, [r for r in report["runs"] if r["part"] == p and r.get("train_loss")]) for p in "ad"]
     groups = [(p, rs) for p, rs in groups if rs]
     if not groups:
         return None
     plt = pyplot()
     fig, axes = plt.subplots(1, len(groups), figsize=(6.5 * len(groups), 4.5), squeeze=False)
+    styles = {"fp16": ("-", "solid"), "bf16": ("--", "dashed"), "fp32": (":", "dotted")}
+    colour = lambda method: COLOURS[methods.index(method) % len(COLOURS)]
     for ax, (part, records) in zip(axes[0], groups):
         for r in records:
-            style = {"bf16": "--", "fp32": ":"}.get(r["precision"], "-")
-            color = COLOURS[methods.index(r["method"]) % len(COLOURS)]  # a colour per method, a style per precision
-            ax.plot(r["train_updates"], r["train_loss"], style, color=color, label=f"{r['label']} {r['precision']}")
+            ax.plot(r["train_updates"], r["train_loss"], styles[r["precision"]][0], color=colour(r["method"]))
+        labels = {r["method"]: r["label"] for r in records}
+        handles = [plt.Line2D([], [], color=colour(m), label=label) for m, label in labels.items()]
+        ax.legend(handles=handles, fontsize=7, ncol=2 if len(handles) > 10 else 1)
         ax.set_xlabel("update")
         ax.set_ylabel("training loss (bits)")
-        ax.set_title(f"{'a' if part == 'a' else 'd'}. {records[0]['layers']}L-{records[0]['layers']}L")
-        ax.legend(fontsize=7)
+        key = ", ".join(f"{styles[p][1]}: {p}" for p in styles if any(r["precision"] == p for r in records))
+        ax.set_title(f"{'a' if part == 'a' else 'd'}. {records[0]['layers']}L-{records[0]['layers']}L ({key})")
     return save_figure(fig, path)
