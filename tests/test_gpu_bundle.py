@@ -406,10 +406,14 @@ def test_check_dry_run_trains_scores_and_resumes(check_data, tmp_path):
         and "throughput" not in report
         and "decoding" not in report
     )
-    # the same machine, carrying the first call's results: its own runs are read, not the carried ones
+    # the same machine, carrying the first call's results: its own runs are read, not the carried
+    # ones; part d's runs and parts c and f, which it does not measure, stay in its report as carried
     proc = subprocess.run(list(map(str, cmd + ["--carry", full, "--parts", "ab"])), capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert not any("carried" in r for r in json.loads((out / "check.json").read_text())["runs"])
+    report = json.loads((out / "check.json").read_text())
+    assert [r["name"] for r in report["runs"]] == [r["name"] for r in json.loads(full.read_text())["runs"]]
+    assert all(("carried" in r) == (r["part"] == "d") for r in report["runs"])
+    assert all("carried" in b for b in report["throughput"] + report["decoding"])
     # another machine (no runs of its own), past its deadline at once: what the first call
     # measured is carried as it was, so nothing is left to run
     other = [*cmd[:5], tmp_path / "other", *cmd[6:], "--carry", full, "--deadline", "0"]
