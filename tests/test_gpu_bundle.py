@@ -329,7 +329,7 @@ def test_check_keeps_carried_results_beyond_its_parts_and_methods(check_data, tm
     earlier = {
         "facts": old,
         "budget": json.loads(json.dumps(check.asdict(check.DRY))),
-        "runs": [record("a", "mixln", 2), record("d", "admin", 3), record("a", "preln", 2)],
+        "runs": [record("a", "mixln", 2), record("d", "admin", 3), record("a", "preln", 2), record("a", "admin", 2)],
         "throughput": [
             {"precision": "fp16", "device": "cuda", "command": "throughput.py", "archs": {"transformer_preln": row}}
         ],
@@ -337,14 +337,20 @@ def test_check_keeps_carried_results_beyond_its_parts_and_methods(check_data, tm
             {"precision": "fp16", "device": "cuda", "command": "decoding.py", "stock_sentences_per_s": 9.0, **row}
         ],
     }
+    profile = {"encoder": [{"omega": 1.5}, {"omega": 1.75}], "decoder": [{"omega": 2.0}]}
+    earlier["runs"][-1]["admin_profile"] = profile  # part b: Admin's fp16 omegas against the fp32 run's
+    earlier["runs"].append({**record("b", "admin", 2), "precision": "fp32", "name": "b.admin.2L.fp32"})
+    earlier["runs"][-1]["admin_profile"] = {**profile, "decoder": [{"omega": 2.5}]}
     (tmp_path / "earlier.json").write_text(json.dumps(earlier))
     argv = ["--out", tmp_path / "out", "--runs", runs, "--data", check_data, "--dry-run", "--parts", "a"]
     argv += ["--methods", "dyt", "--carry", tmp_path / "earlier.json"]
     assert check.main(list(map(str, argv))) == 0
     report = json.loads((tmp_path / "out" / "check.json").read_text())
-    names = ["d.admin.3L.fp16", "a.preln.2L.fp16", "a.mixln.2L.fp16", "a.dyt.2L.fp16"]  # part, then METHODS order
-    assert [r["name"] for r in report["runs"]] == names
-    assert [r.get("carried") for r in report["runs"]] == [old, old, old, None]
+    names = ["d.admin.3L.fp16", "a.preln.2L.fp16", "a.admin.2L.fp16", "a.mixln.2L.fp16", "a.dyt.2L.fp16"]
+    assert [r["name"] for r in report["runs"]] == names + ["b.admin.2L.fp32"]  # part, then METHODS order
+    assert [r.get("carried") for r in report["runs"]] == [old, old, old, old, None, old]
+    [omegas] = report["omegas"]  # compared again from the carried profiles: 2.0 against 2.5
+    assert (omegas["compared"], omegas["max_rel_diff"], omegas["equal"]) == (3, 0.2, False)
     assert [b["carried"] for b in report["throughput"] + report["decoding"]] == [old, old]
     markdown = (tmp_path / "out" / "check.md").read_text()
     assert "| Mix-LN (carried) | fp16 |" in markdown and "| DyT | fp16 |" in markdown

@@ -370,7 +370,7 @@ def main(argv=None):
             key=lambda r: ("dab".index(r["part"]), list(METHODS).index(r["method"]), precisions.index(r["precision"])),
         )
         report["sentences"] = next((r["sentences"] for r in report["runs"] if "sentences" in r), None)
-        if "b" in args.parts:
+        if "b" in args.parts or any(r["part"] == "b" for r in kept):
             report["omegas"] = render_check.omega_rows(report["runs"], OMEGA_TOLERANCE)
         report["minutes"] = (time.time() - start) / 60
         write_json(out / "check.json", report)
