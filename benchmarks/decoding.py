@@ -107,11 +107,14 @@ def main(argv=None):
         "target": TARGET,
         "met": median >= TARGET,
         "same": sum(a == b for a, b in zip(outputs["stock"], outputs["fused"])),  # sentences translated alike
+        # output length sets the decoding time: an undertrained model may write to the length limit
+        "tokens_per_sentence": statistics.mean(len(tokens) for tokens in outputs["stock"]),
     }
     print(
         f"\n{args.device} {args.precision}, {args.threads} threads, beam {args.beam}, {len(dataset)} sentences in batches of "
         f"{args.batch_size}, {args.reps} reps; fairseq's attention {result['stock_sentences_per_s']:.1f} "
-        f"sentences/s\n--fused-attention speed ratio {median:.3f} (spread {min(ratios):.3f}-{max(ratios):.3f}); "
+        f"sentences/s, {result['tokens_per_sentence']:.1f} tokens each (with </s>)\n"
+        f"--fused-attention speed ratio {median:.3f} (spread {min(ratios):.3f}-{max(ratios):.3f}); "
         f"target >= {TARGET}: {'met' if result['met'] else 'MISSED'}; same translation for {result['same']}/{len(dataset)} sentences"
     )
     if args.json:

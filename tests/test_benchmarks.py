@@ -122,6 +122,15 @@ def test_decoding_writes_its_numbers_as_json(tiny_data_bin, tmp_path):
     assert result["sentences"] == 40 and 0 <= result["same"] <= 40 and len(result["ratios"]) == 2
     assert min(result["ratios"]) == result["spread"][0] and result["stock_sentences_per_s"] > 0
     assert (result["device"], result["precision"], result["beam"]) == ("cpu", "fp32", 5)
+    # its output length is fairseq-generate's: the best hypotheses' tokens and </s>, per sentence
+    generated = run_cli(
+        "fairseq-generate",
+        tiny_data_bin,
+        *("--user-dir", PLUGIN_DIR, "--path", tmp_path / "ckpt" / "checkpoint_last.pt", "--cpu"),
+        *("--beam", "5", "--batch-size", "16", "--gen-subset", "test"),
+    )
+    lengths = [len(line.split("\t")[2].split()) + 1 for line in generated.splitlines() if line.startswith("H-")]
+    assert len(lengths) == 40 and result["tokens_per_sentence"] == pytest.approx(sum(lengths) / 40)
 
 
 def test_cpu_precision_times_every_arch_in_every_precision(tiny_data_bin, tmp_path):

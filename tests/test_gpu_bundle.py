@@ -326,6 +326,7 @@ def test_check_keeps_carried_results_beyond_its_parts_and_methods(check_data, tm
     (runs / "a.dyt.2L.fp16" / "check.json").write_text(json.dumps(record("a", "dyt", 2)))
     old = {"date": "2026-11-26", "device": "H200", "torch": "2.11", "cuda": "13.0", "python": "3.12"}
     row = {"speed_ratio": 1.25, "spread": [1.0, 1.5], "memory_ratio": 1.0, "same": 3, "sentences": 4}
+    row |= {"tokens_per_sentence": 12.25}
     earlier = {
         "facts": old,
         "budget": json.loads(json.dumps(check.asdict(check.DRY))),
@@ -355,6 +356,7 @@ def test_check_keeps_carried_results_beyond_its_parts_and_methods(check_data, tm
     markdown = (tmp_path / "out" / "check.md").read_text()
     assert "| Mix-LN (carried) | fp16 |" in markdown and "| DyT | fp16 |" in markdown
     assert "| transformer_preln | 1.250 | 1.000-1.500 |" in markdown and "9.0 sentences/s" in markdown
+    assert "the same translation for 3 of 4 sentences, 12.2 tokens each." in markdown
 
 
 @pytest.mark.slow(3)

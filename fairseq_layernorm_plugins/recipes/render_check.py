@@ -157,7 +157,8 @@ def check_report(report, tolerance):
         lines += [
             f"fairseq's attention: {bench['stock_sentences_per_s']:.1f} sentences/s; `--fused-attention`: "
             f"speed ratio {bench['speed_ratio']:.3f} (spread {bench['spread'][0]:.3f}-{bench['spread'][1]:.3f}); "
-            f"the same translation for {bench['same']} of {bench['sentences']} sentences.",
+            f"the same translation for {bench['same']} of {bench['sentences']} sentences"
+            + (f", {bench['tokens_per_sentence']:.1f} tokens each." if "tokens_per_sentence" in bench else "."),
             "",
         ]
     return "\n".join(lines)
