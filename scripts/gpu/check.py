@@ -71,6 +71,7 @@ for _name in method_names("iwslt14_mini"):
         METHODS["b2t_noln"] = ("b2t", ["--b2t-no-layer-norm"], "B2T w/o LN")
 DEEP = ("postln", "admin", "b2t", "preln")
 PARTS = "abcdef"
+BENCHMARKS = {"c": "throughput", "f": "decoding"}  # the benchmark parts and their check.json keys
 OMEGA_TOLERANCE = 1e-4  # relative; fp16 / bf16 profiling must be the fp32 one
 
 
@@ -205,7 +206,7 @@ def carried(earlier, budget, archs=(), parts=PARTS):
     complete = lambda part, b: part != "c" or part not in parts or set(archs) <= set(b["archs"])
     benches = {
         (part, b["precision"]): {**mark, **b}
-        for part, key in (("c", "throughput"), ("f", "decoding"))
+        for part, key in BENCHMARKS.items()
         for b in earlier.get(key, [])
         if "error" not in b and "not_run" not in b and complete(part, b)
     }
@@ -357,18 +358,17 @@ def main(argv=None):
     trained = {}
     # what --carry holds beyond this check's parts and methods stays in its report
     kept = [r for name, r in args.carried_runs.items() if name not in {run.name for run in runs}]
-    for part, key in (("c", "throughput"), ("f", "decoding")):
+    for part, key in BENCHMARKS.items():
         if part not in args.parts and any(p == part for p, _ in args.carried_benches):
             report[key] = [b for (p, _), b in args.carried_benches.items() if p == part]
+    precisions = [*budget.precisions, "fp32"]
+    # plan() starts part d, then part a by method and precision, then part b: the report keeps that order
+    plan_order = lambda r: ("dab".index(r["part"]), list(METHODS).index(r["method"]), precisions.index(r["precision"]))
 
     def save(final=False):
         """OUT/check.json and check.md as far as the check has come (a machine taken back mid-way
         leaves them), and at the end check.png; returns the markdown."""
-        precisions = [*budget.precisions, "fp32"]
-        report["runs"] = sorted(  # in the plan's order: part, method, precision
-            [trained[run] for run in runs if run in trained] + kept,
-            key=lambda r: ("dab".index(r["part"]), list(METHODS).index(r["method"]), precisions.index(r["precision"])),
-        )
+        report["runs"] = sorted([trained[run] for run in runs if run in trained] + kept, key=plan_order)
         report["sentences"] = next((r["sentences"] for r in report["runs"] if "sentences" in r), None)
         if "b" in args.parts or any(r["part"] == "b" for r in kept):
             report["omegas"] = render_check.omega_rows(report["runs"], OMEGA_TOLERANCE)
@@ -402,7 +402,7 @@ def main(argv=None):
         ]
     print(save(final=True))
     entries = [(r["name"], r) for r in records] + [
-        (f"{part} {b['precision']}", b) for part in ("throughput", "decoding") for b in report.get(part, [])
+        (f"{part} {b['precision']}", b) for part in BENCHMARKS.values() for b in report.get(part, [])
     ]
     failed = [name for name, entry in entries if "error" in entry]
     not_run = [name for name, entry in entries if "not_run" in entry]
