@@ -35,7 +35,8 @@ def load(path, data, beam, fused, device, precision="fp32"):
 
     argv = [str(data), "--user-dir", str(REPO / "fairseq_layernorm_plugins"), "--path", str(path), "--beam", str(beam)]
     cfg = convert_namespace_to_omegaconf(parse_args_and_arch(get_generation_parser(), argv))
-    overrides = {"fused_attention": True} if fused else {}
+    # the checkpoint names the data-bin it was trained on: a copy elsewhere reads ``data`` instead
+    overrides = {"data": str(data), **({"fused_attention": True} if fused else {})}
     (model,), _, task = checkpoint_utils.load_model_ensemble_and_task([str(path)], arg_overrides=overrides)
     model.prepare_for_inference_(cfg)
     model.to(device=device, dtype={"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision)).eval()

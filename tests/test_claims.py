@@ -49,6 +49,25 @@ def end_of_epoch_lr(run_dir):
     return float(records[-1]["train_lr"])
 
 
+def test_a_copy_prepared_elsewhere_is_used_where_the_raw_files_cannot_be_had(tmp_path, capsys, multi30k):
+    """A node without network or ../shared (a GPU node) trains from data/multi30k.de-en copied to
+    it, as long as the copy was prepared for the same recipe."""
+    from fairseq_layernorm_plugins.recipes import experiment
+
+    copy, no_raw = tmp_path / "multi30k.de-en", tmp_path / "no-raw"
+    shutil.copytree(multi30k, copy)
+    no_raw.mkdir()
+    stamp = experiment.prepare_corpus("multi30k", copy, test_lines=20, raw_dir=no_raw)
+    assert stamp == json.loads((multi30k / "stamp.json").read_text())
+    err = capsys.readouterr().err
+    assert "warning:" in err and "file not found" in err and "multi30k.test_2016_flickr.20" in err
+    with pytest.raises(SystemExit, match="file not found"):  # prepared with 20 test lines, asked for all
+        experiment.prepare_corpus("multi30k", copy, raw_dir=no_raw)
+    shutil.rmtree(copy / "bin")
+    with pytest.raises(SystemExit, match="file not found"):  # a stamp without the binarised data
+        experiment.prepare_corpus("multi30k", copy, test_lines=20, raw_dir=no_raw)
+
+
 def test_first_update_reaching():
     record = {"valid": [{"update": 2, "bleu": 1.0}, {"update": 4, "bleu": None}, {"update": 6, "bleu": 3.0}]}
     assert render.first_update_reaching(record, 1.0) == 2

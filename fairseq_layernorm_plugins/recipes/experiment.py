@@ -381,7 +381,11 @@ def prepare_corpus(corpus, data, test_lines=0, raw_dir=None, download_dir=None, 
     ``download_dir``, default data/downloads) or "iwslt14-mini" (from ``iwslt_dir``, default
     ../shared/data/iwslt14); ``test_lines`` > 0: that many evenly spaced test lines. Returns its
     stamp; exits with the one-line reason when the data cannot be had. "wikitext2": as
-    ``fairseq-ln-prepare wikitext2`` (../shared/data/wikitext2 when present, else the download)."""
+    ``fairseq-ln-prepare wikitext2`` (../shared/data/wikitext2 when present, else the download).
+
+    Where the raw files cannot be had (a cluster node with no network, say) but ``data`` holds
+    a copy prepared elsewhere for the same recipe (its stamp.json and bin/), that copy is used
+    as it is, with a warning: its inputs cannot be checked against their checksums there."""
     from fairseq_layernorm_plugins.prepare import iwslt14_mini, multi30k, wikitext
     from fairseq_layernorm_plugins.prepare.textio import DataError
 
@@ -401,7 +405,24 @@ def prepare_corpus(corpus, data, test_lines=0, raw_dir=None, download_dir=None, 
             )
         return iwslt14_mini.prepare(iwslt_dir or SHARED / "iwslt14", data, test_lines=test_lines or None)
     except DataError as err:
+        if stamp := copied_corpus(corpus, data, test_lines):
+            print(f"warning: {err}; using {data} as prepared elsewhere (recipe {stamp['recipe']})", file=sys.stderr)
+            return stamp
         sys.exit(f"error: {err}")
+
+
+def copied_corpus(corpus, data, test_lines=0):
+    """The stamp of ``data`` when it is a prepared copy of ``corpus`` as :func:`prepare_corpus`
+    would make it (the stamp's recipe matches, bin/ is there), else None."""
+    recipe = {
+        "multi30k": "multi30k.test_2016_flickr" + (f".{test_lines}" if test_lines else ""),
+        "wikitext2": "wikitext2",
+    }
+    stamp_path, bin_dir = Path(data) / "stamp.json", Path(data) / "bin"
+    if corpus not in recipe or not stamp_path.is_file() or not bin_dir.is_dir():
+        return None
+    stamp = json.loads(stamp_path.read_text())
+    return stamp if stamp.get("recipe") == recipe[corpus] else None
 
 
 def device_facts(device, note=""):
