@@ -60,6 +60,11 @@ makes to fairseq's own behaviour, each named:
   ``patience_resume`` restores it), now ends at once. Applied when one of the plugin's
   models is built.
 
+* ``bf16_decoding`` (fairseq 0.12.x): ``fairseq-generate``, ``fairseq-interactive`` and
+  ``fairseq-eval-lm`` cast the model to half for ``--fp16`` only, so with ``--bf16`` they
+  decode in fp32 and say nothing. A plugin model is cast to bf16 in its
+  ``prepare_for_inference_``, which all three call after their own cast. Applies to the
+  plugin's models only.
 * ``admin_profiling`` (any fairseq): fairseq has no hook between building the model and
   building its ``Trainer`` (which converts it to fp16, copies fp32 masters, builds the
   optimizer and wraps DDP), where Admin profiles omega. This wraps ``Trainer.__init__`` to
@@ -125,6 +130,7 @@ PATCHES = (
     "patience_resume",
     "wall_resume",
     "resume_finished",
+    "bf16_decoding",
     "admin_profiling",
 )
 SWITCH = "FAIRSEQ_LAYERNORM_PLUGINS_NO_PATCH"
@@ -141,7 +147,8 @@ def patch_enabled(name):
 
 def apply(name, *args):
     """Apply patch ``name`` (with ``args``, what it calls) unless the user turned it off;
-    applying twice is harmless."""
+    applying twice is harmless. ``bf16_decoding`` is no wrapper: the plugin's models ask
+    :func:`patch_enabled` themselves."""
     if patch_enabled(name):
         {
             "checkpoint_loading": enable_fairseq_checkpoint_loading,

@@ -277,3 +277,43 @@ def test_beam_search_with_an_fp16_model_on_cpu_computes_its_products_in_fp32(
     same = [(m[0], n[0]) for m, n in zip(ours, theirs) if m[0]["tokens"].tolist() == n[0]["tokens"].tolist()]
     assert len(same) >= 0.9 * len(ours)
     assert all(float(m["score"]) == pytest.approx(float(n["score"]), abs=0.005) for m, n in same)
+
+
+def test_generate_bf16_decodes_a_plugin_model_in_bf16(tiny_data_bin, tmp_path, monkeypatch):
+    """fairseq-generate casts the model for ``--fp16`` only (generate.py), so with ``--bf16`` it
+    would decode in fp32 (``_compat`` patch ``bf16_decoding``): a plugin model is cast in its
+    ``prepare_for_inference_``, and with the patch off decodes as in fp32, score for score."""
+    import argparse
+
+    from fairseq import options
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq_cli import generate
+
+    model = fairseq_train(tiny_data_bin, tmp_path, "transformer_preln", updates=20).model
+
+    def prepared(fp16, bf16):
+        cfg = argparse.Namespace(common=argparse.Namespace(fp16=fp16, bf16=bf16), generation=argparse.Namespace())
+        model.float().prepare_for_inference_(cfg)
+        return {p.dtype for p in model.parameters()}
+
+    assert prepared(fp16=False, bf16=True) == {torch.bfloat16}
+    assert prepared(fp16=False, bf16=False) == {torch.float32}
+    assert prepared(fp16=True, bf16=True) == {torch.float32}  # --fp16 wins: fairseq-generate casts it to fp16 itself
+
+    def scores(name, *flags):
+        """fairseq-generate's entry point in this process: its positional scores per sentence."""
+        argv = [str(tiny_data_bin), "--user-dir", str(PLUGIN_DIR), "--path", str(tmp_path / "checkpoint_last.pt")]
+        argv += ["--gen-subset", "valid", "--beam", "2", "--max-tokens", "500", "--cpu", "--results-path"]
+        argv += [str(tmp_path / name), *flags]
+        generate.main(
+            convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_generation_parser(), argv))
+        )
+        lines = (tmp_path / name / "generate-valid.txt").read_text().splitlines()
+        return sorted(line for line in lines if line.startswith("P-"))
+
+    fp32, bf16 = scores("fp32"), scores("bf16", "--bf16")
+    monkeypatch.setenv("FAIRSEQ_LAYERNORM_PLUGINS_NO_PATCH", "bf16_decoding")
+    off = scores("off", "--bf16")
+    assert len(fp32) == len(bf16) > 0
+    assert bf16 != fp32
+    assert off == fp32
