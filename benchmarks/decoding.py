@@ -28,15 +28,24 @@ TARGET = 1.2
 
 def load(path, data, beam, fused, device, precision="fp32"):
     """(task, model, generator) as fairseq-generate builds them (``--fp16`` / ``--bf16``: the
-    model in half precision), optionally with the fused attention."""
+    model in half precision), optionally with the fused attention; ``data``: the data-bin to
+    read in place of the one the checkpoint names (None: that one)."""
     from fairseq import checkpoint_utils
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from fairseq.options import get_generation_parser, parse_args_and_arch
 
-    argv = [str(data), "--user-dir", str(REPO / "fairseq_layernorm_plugins"), "--path", str(path), "--beam", str(beam)]
+    # only the generation settings are read from argv: the task is the checkpoint's, with ``overrides``
+    argv = [
+        str(data or "."),
+        "--user-dir",
+        str(REPO / "fairseq_layernorm_plugins"),
+        "--path",
+        str(path),
+        "--beam",
+        str(beam),
+    ]
     cfg = convert_namespace_to_omegaconf(parse_args_and_arch(get_generation_parser(), argv))
-    # the checkpoint names the data-bin it was trained on: a copy elsewhere reads ``data`` instead
-    overrides = {"data": str(data), **({"fused_attention": True} if fused else {})}
+    overrides = {**({"data": str(data)} if data else {}), **({"fused_attention": True} if fused else {})}
     (model,), _, task = checkpoint_utils.load_model_ensemble_and_task([str(path)], arg_overrides=overrides)
     model.prepare_for_inference_(cfg)
     model.to(device=device, dtype={"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision)).eval()
@@ -57,7 +66,9 @@ def translate(task, model, generator, batches):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--path", default=str(DEFAULT_PATH), help=f"checkpoint (default: {DEFAULT_PATH})")
-    parser.add_argument("--data", default=str(REPO / "data/multi30k.de-en/bin"), help="its data-bin")
+    parser.add_argument(
+        "--data", help="its data-bin (default: the one it was trained on; give it where the checkpoint was moved)"
+    )
     parser.add_argument("--gen-subset", default="test")
     parser.add_argument("--beam", type=int, default=5)
     parser.add_argument("--batch-size", type=int, default=128, help="sentences per batch (default 128)")
@@ -102,6 +113,7 @@ def main(argv=None):
         **{key: getattr(args, key) for key in ("device", "precision", "threads", "beam", "batch_size", "reps")},
         "sentences": len(dataset),
         "stock_sentences_per_s": len(dataset) / statistics.median(seconds["stock"]),
+        "sentences_per_s": {name: [len(dataset) / t for t in s] for name, s in seconds.items()},  # per repetition
         "ratios": ratios,  # fairseq's attention's seconds over --fused-attention's, per repetition
         "speed_ratio": median,
         "spread": [min(ratios), max(ratios)],

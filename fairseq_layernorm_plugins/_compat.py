@@ -59,12 +59,13 @@ makes to fairseq's own behaviour, each named:
   had. A run resumed at its ``--max-update``, or with its patience spent (as
   ``patience_resume`` restores it), now ends at once. Applied when one of the plugin's
   models is built.
-
 * ``bf16_decoding`` (fairseq 0.12.x): ``fairseq-generate``, ``fairseq-interactive`` and
   ``fairseq-eval-lm`` cast the model to half for ``--fp16`` only, so with ``--bf16`` they
   decode in fp32 and say nothing. A plugin model is cast to bf16 in its
-  ``prepare_for_inference_``, which all three call after their own cast. Applies to the
-  plugin's models only.
+  ``prepare_for_inference_``, which all three call after their own cast (with their
+  ``--path``; ``from_pretrained`` leaves the model as loaded). Applies to the plugin's
+  models only.
+
 * ``admin_profiling`` (any fairseq): fairseq has no hook between building the model and
   building its ``Trainer`` (which converts it to fp16, copies fp32 masters, builds the
   optimizer and wraps DDP), where Admin profiles omega. This wraps ``Trainer.__init__`` to

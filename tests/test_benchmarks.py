@@ -3,6 +3,8 @@ throughput.py and decoding.py write their numbers as JSON (``--json``), which th
 cpu_precision.py times fairseq-train in each precision."""
 
 import json
+import shutil
+import statistics
 import sys
 
 import pytest
@@ -105,22 +107,28 @@ def test_a_failed_benchmark_is_its_last_line(tmp_path):
 
 
 def test_decoding_writes_its_numbers_as_json(tiny_data_bin, tmp_path):
-    """What scripts/gpu/check.py part f reads: benchmarks/decoding.py --json on a trained model."""
-
+    """What scripts/gpu/check.py part f reads: benchmarks/decoding.py --json on a trained model,
+    whose data-bin has moved since it was trained (``--data`` names where it is now)."""
+    trained_on = tmp_path / "trained-on"
+    shutil.copytree(tiny_data_bin, trained_on)
     run_cli(
         "fairseq-train",
-        tiny_data_bin,
+        trained_on,
         *("--user-dir", PLUGIN_DIR, "--arch", "transformer_preln", *TINY_MODEL),
         *("--optimizer", "adam", "--lr", "3e-3", "--max-tokens", "1000", "--max-update", "5", "--cpu"),
         *("--save-dir", tmp_path / "ckpt", "--no-epoch-checkpoints", "--no-progress-bar"),
     )
-    argv = ["--path", str(tmp_path / "ckpt" / "checkpoint_last.pt"), "--data", str(tiny_data_bin), "--reps", "2"]
+    trained_on.rename(tmp_path / "moved")
+    argv = ["--path", str(tmp_path / "ckpt" / "checkpoint_last.pt"), "--data", str(tmp_path / "moved"), "--reps", "2"]
     result = decoding.main(
         [*argv, "--batch-size", "16", "--threads", "1", "--device", "cpu", "--json", str(tmp_path / "d.json")]
     )
     assert json.loads((tmp_path / "d.json").read_text()) == result
     assert result["sentences"] == 40 and 0 <= result["same"] <= 40 and len(result["ratios"]) == 2
     assert min(result["ratios"]) == result["spread"][0] and result["stock_sentences_per_s"] > 0
+    seconds = [result["sentences"] / speed for speed in result["sentences_per_s"]["stock"]]
+    assert result["sentences"] / statistics.median(seconds) == pytest.approx(result["stock_sentences_per_s"])
+    assert [f / s for s, f in zip(*result["sentences_per_s"].values())] == pytest.approx(result["ratios"])
     assert (result["device"], result["precision"], result["beam"]) == ("cpu", "fp32", 5)
     # its output length is fairseq-generate's: the best hypotheses' tokens and </s>, per sentence
     generated = run_cli(

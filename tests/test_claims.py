@@ -49,23 +49,35 @@ def end_of_epoch_lr(run_dir):
     return float(records[-1]["train_lr"])
 
 
-def test_a_copy_prepared_elsewhere_is_used_where_the_raw_files_cannot_be_had(tmp_path, capsys, multi30k):
-    """A node without network or ../shared (a GPU node) trains from data/multi30k.de-en copied to
-    it, as long as the copy was prepared for the same recipe."""
+def test_a_copy_prepared_elsewhere_is_used_where_the_raw_files_cannot_be_had(tmp_path, capsys, monkeypatch, multi30k):
+    """A node with neither network nor ../shared (a GPU node) trains from data/multi30k.de-en
+    copied to it, as long as the copy was prepared with the same options and is complete."""
+    from fairseq_layernorm_plugins.prepare import fetch
+    from fairseq_layernorm_plugins.prepare import multi30k as multi30k_data
     from fairseq_layernorm_plugins.recipes import experiment
 
-    copy, no_raw = tmp_path / "multi30k.de-en", tmp_path / "no-raw"
+    monkeypatch.setattr(multi30k_data, "default_raw_dir", lambda: None)  # no ../shared
+    monkeypatch.setattr(fetch.time, "sleep", lambda seconds: None)
+    offline = dict(download_dir=tmp_path / "downloads", url=(tmp_path / "unreachable" / "{name}").as_uri())
+    copy = tmp_path / "multi30k.de-en"
     shutil.copytree(multi30k, copy)
-    no_raw.mkdir()
-    stamp = experiment.prepare_corpus("multi30k", copy, test_lines=20, raw_dir=no_raw)
+    stamp = experiment.prepare_corpus("multi30k", copy, test_lines=20, **offline)
     assert stamp == json.loads((multi30k / "stamp.json").read_text())
     err = capsys.readouterr().err
-    assert "warning:" in err and "file not found" in err and "multi30k.test_2016_flickr.20" in err
-    with pytest.raises(SystemExit, match="file not found"):  # prepared with 20 test lines, asked for all
-        experiment.prepare_corpus("multi30k", copy, raw_dir=no_raw)
-    shutil.rmtree(copy / "bin")
-    with pytest.raises(SystemExit, match="file not found"):  # a stamp without the binarised data
-        experiment.prepare_corpus("multi30k", copy, test_lines=20, raw_dir=no_raw)
+    assert "warning: cannot check" in err and "download failed" in err and "multi30k.test_2016_flickr.20" in err
+    with pytest.raises(SystemExit, match="download failed"):  # prepared with 20 test lines, asked for all
+        experiment.prepare_corpus("multi30k", copy, **offline)
+    with pytest.raises(SystemExit, match="file not found"):  # a raw folder named by the user is never bypassed
+        experiment.prepare_corpus("multi30k", copy, test_lines=20, raw_dir=tmp_path)
+    stamp_path = copy / "stamp.json"
+    stamp_path.write_text(json.dumps({**stamp, "sentencepiece": None, "merges": 10000}))
+    with pytest.raises(SystemExit, match="download failed"):  # other subwords
+        experiment.prepare_corpus("multi30k", copy, test_lines=20, **offline)
+    stamp_path.write_text(json.dumps(stamp))
+    for path in (copy / "bin").glob("train*"):
+        path.unlink()
+    with pytest.raises(SystemExit, match="download failed"):  # a copy without its training set
+        experiment.prepare_corpus("multi30k", copy, test_lines=20, **offline)
 
 
 def test_first_update_reaching():

@@ -291,14 +291,20 @@ def test_generate_bf16_decodes_a_plugin_model_in_bf16(tiny_data_bin, tmp_path, m
 
     model = fairseq_train(tiny_data_bin, tmp_path, "transformer_preln", updates=20).model
 
-    def prepared(fp16, bf16):
-        cfg = argparse.Namespace(common=argparse.Namespace(fp16=fp16, bf16=bf16), generation=argparse.Namespace())
+    def prepared(bf16, path):
+        """The model's dtypes after ``prepare_for_inference_`` with a tool's (``path``) or a
+        checkpoint's training configuration (``from_pretrained``: no path)."""
+        cfg = argparse.Namespace(
+            common=argparse.Namespace(fp16=False, bf16=bf16),
+            common_eval=argparse.Namespace(path=path),
+            generation=argparse.Namespace(),
+        )
         model.float().prepare_for_inference_(cfg)
         return {p.dtype for p in model.parameters()}
 
-    assert prepared(fp16=False, bf16=True) == {torch.bfloat16}
-    assert prepared(fp16=False, bf16=False) == {torch.float32}
-    assert prepared(fp16=True, bf16=True) == {torch.float32}  # --fp16 wins: fairseq-generate casts it to fp16 itself
+    assert prepared(bf16=True, path="checkpoint_last.pt") == {torch.bfloat16}
+    assert prepared(bf16=False, path="checkpoint_last.pt") == {torch.float32}
+    assert prepared(bf16=True, path=None) == {torch.float32}  # a bf16-trained checkpoint's own cfg
 
     def scores(name, *flags):
         """fairseq-generate's entry point in this process: its positional scores per sentence."""

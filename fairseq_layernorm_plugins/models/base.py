@@ -133,12 +133,13 @@ class PluginModelMixin:
     def prepare_for_inference_(self, cfg):
         """fairseq's preparation, then the cast that ``--bf16`` asks for: fairseq-generate,
         -interactive and -eval-lm cast the model to half for ``--fp16`` only, so with ``--bf16``
-        they would decode in fp32 (``_compat`` patch ``bf16_decoding``)."""
+        they would decode in fp32 (``_compat`` patch ``bf16_decoding``). Only a decoding
+        tool's configuration (``--path`` set) casts: ``from_pretrained`` passes the
+        checkpoint's training configuration, and its model stays as loaded."""
         super().prepare_for_inference_(cfg)
-        common = getattr(cfg, "common", None)
-        if getattr(common, "bf16", False) and not getattr(common, "fp16", False):
-            if _compat.patch_enabled("bf16_decoding"):
-                self.bfloat16()
+        common, path = getattr(cfg, "common", None), getattr(getattr(cfg, "common_eval", None), "path", None)
+        if getattr(common, "bf16", False) and path and _compat.patch_enabled("bf16_decoding"):
+            self.bfloat16()
 
     def __prepare_scriptable__(self):
         """``torch.jit.script(model)`` scripts a deep copy, so the scripted model holds its own

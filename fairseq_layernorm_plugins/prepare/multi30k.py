@@ -51,6 +51,11 @@ TEST_SETS = ("test_2016_flickr", "test_2017_flickr", "test_2017_mscoco", "test_2
 SHARED_RAW = Path(__file__).resolve().parents[3] / "shared" / "data" / "multi30k" / "task1_raw"
 
 
+def recipe_name(test="test_2016_flickr", test_lines=None):
+    """The ``recipe`` a prepared directory's stamp names: the test set, and its line count if cut."""
+    return f"multi30k.{test}" + (f".{test_lines}" if test_lines else "")
+
+
 def default_raw_dir():
     """../shared/data/multi30k/task1_raw when it exists, else None (download)."""
     return SHARED_RAW if SHARED_RAW.is_dir() else None
@@ -129,7 +134,7 @@ def prepare(
         tgt=tgt,
         merges=merges or 0,
         sentencepiece=None if merges else sentencepiece,
-        recipe=f"multi30k.{test}" + (f".{test_lines}" if test_lines else ""),
+        recipe=recipe_name(test, test_lines),
         **kwargs,
     )
 

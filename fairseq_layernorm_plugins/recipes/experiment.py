@@ -383,9 +383,10 @@ def prepare_corpus(corpus, data, test_lines=0, raw_dir=None, download_dir=None, 
     stamp; exits with the one-line reason when the data cannot be had. "wikitext2": as
     ``fairseq-ln-prepare wikitext2`` (../shared/data/wikitext2 when present, else the download).
 
-    Where the raw files cannot be had (a cluster node with no network, say) but ``data`` holds
-    a copy prepared elsewhere for the same recipe (its stamp.json and bin/), that copy is used
-    as it is, with a warning: its inputs cannot be checked against their checksums there."""
+    Multi30k and WikiText-2 with no ``raw_dir`` named, where the raw files cannot be had (a
+    cluster node with neither network nor ../shared) but ``data`` holds a copy prepared
+    elsewhere with the same options (:func:`copied_corpus`): that copy is used, with a warning
+    that it cannot be checked against the raw files' checksums there."""
     from fairseq_layernorm_plugins.prepare import iwslt14_mini, multi30k, wikitext
     from fairseq_layernorm_plugins.prepare.textio import DataError
 
@@ -405,24 +406,42 @@ def prepare_corpus(corpus, data, test_lines=0, raw_dir=None, download_dir=None, 
             )
         return iwslt14_mini.prepare(iwslt_dir or SHARED / "iwslt14", data, test_lines=test_lines or None)
     except DataError as err:
-        if stamp := copied_corpus(corpus, data, test_lines):
-            print(f"warning: {err}; using {data} as prepared elsewhere (recipe {stamp['recipe']})", file=sys.stderr)
+        if raw_dir is None and (stamp := copied_corpus(corpus, data, test_lines)):
+            print(
+                f"warning: cannot check {data} against its raw files ({err}); training from it as prepared "
+                f"elsewhere (recipe {stamp['recipe']}), unverified",
+                file=sys.stderr,
+            )
             return stamp
         sys.exit(f"error: {err}")
 
 
 def copied_corpus(corpus, data, test_lines=0):
-    """The stamp of ``data`` when it is a prepared copy of ``corpus`` as :func:`prepare_corpus`
-    would make it (the stamp's recipe matches, bin/ is there), else None."""
-    recipe = {
-        "multi30k": "multi30k.test_2016_flickr" + (f".{test_lines}" if test_lines else ""),
-        "wikitext2": "wikitext2",
-    }
+    """The stamp of ``data`` when it is a complete copy of ``corpus`` as :func:`prepare_corpus`
+    prepares it (the stamp's recipe and options match, bin/ holds a dictionary and the
+    training set), else None."""
+    from fairseq_layernorm_plugins.prepare import multi30k
+
+    expected = {  # what multi30k.prepare / wikitext.prepare write with prepare_corpus's options
+        "multi30k": dict(
+            recipe=multi30k.recipe_name(test_lines=test_lines or None),
+            src="de",
+            tgt="en",
+            sentencepiece=8000,
+            merges=None,
+            train_pairs=None,
+        ),
+        "wikitext2": dict(recipe="wikitext2", train_lines=None),
+    }.get(corpus)
     stamp_path, bin_dir = Path(data) / "stamp.json", Path(data) / "bin"
-    if corpus not in recipe or not stamp_path.is_file() or not bin_dir.is_dir():
+    complete = stamp_path.is_file() and any(bin_dir.glob("dict*.txt")) and any(bin_dir.glob("train*.bin"))
+    if expected is None or not complete:
         return None
-    stamp = json.loads(stamp_path.read_text())
-    return stamp if stamp.get("recipe") == recipe[corpus] else None
+    try:
+        stamp = json.loads(stamp_path.read_text())
+    except json.JSONDecodeError:
+        return None
+    return stamp if all(stamp.get(key) == value for key, value in expected.items()) else None
 
 
 def device_facts(device, note=""):
