@@ -43,15 +43,18 @@ def write_json(path, data, indent=1):
 def atomic_directory(destination):
     """Yield a temporary directory beside ``destination``; rename it into place (replacing
     any old ``destination``) only if the block completes, so a failure never leaves a
-    half-written ``destination``."""
+    half-written ``destination``. The old one is renamed aside first and removed after, so
+    that it is never seen half-removed either."""
     destination = Path(destination)
     destination.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{destination.name}.tmp-", dir=destination.parent))
+    old = tmp.with_name(tmp.name.replace(".tmp-", ".old-", 1))
     try:
         yield tmp
         if destination.exists():
-            shutil.rmtree(destination)
+            os.replace(destination, old)
         os.replace(tmp, destination)
     finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+        for leftover in (tmp, old):
+            if leftover.exists():
+                shutil.rmtree(leftover, ignore_errors=True)

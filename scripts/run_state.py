@@ -8,7 +8,9 @@ does not outlive the job, say): their resumable state into a folder that lasts, 
     python scripts/claims.py admin --seed 2 ...                     # resumes both
 
 Each run is saved at its path relative to ``--root`` (default runs/claims) and restored to the
-same path under it; a run that trained as far on this machine is left as it is. What is
+same path under it, from the saved folder or any folder in it; a run that trained as far on
+this machine is left as it is, and no run may be training where one is restored. A folder that
+cannot be saved is named and the others are saved (the exit status is then 1). What is
 carried: fairseq_layernorm_plugins/recipes/run_state.py; ``--numbered`` adds the update
 checkpoints that the mean of a run's last checkpoints is made of.
 """
@@ -38,8 +40,6 @@ def main(argv=None):
         else:
             if len(args.paths) != 1:
                 parser.error("restore takes one saved folder")
-            if not run_state.saved_runs(args.paths[0]):
-                raise ValueError(f"{args.paths[0]}: no saved run (no {run_state.STATE} under it)")
             run_state.restore(args.paths[0], args.root)
     except ValueError as err:
         sys.exit(f"run_state.py: {err}")

@@ -26,6 +26,7 @@ def test_atomic_directory_replaces_old_output_only_when_complete(tmp_path):
         (tmp / "new").write_text("new\n")
         assert (out / "old").exists()  # still the old output while the new one is written
     assert [p.name for p in out.iterdir()] == ["new"]
+    assert [p.name for p in tmp_path.iterdir()] == ["prepared"]  # the old one, set aside, is gone
 
 
 def test_atomic_path_keeps_the_old_file_when_the_writer_fails(tmp_path):
