@@ -91,6 +91,26 @@ def test_collect_packs_the_project_and_refuses_an_oversized_bundle(tmp_path, mon
     assert not any("/runs/" in n or "/data/iwslt" in n or "/.venv/" in n for n in names)
 
 
+def test_the_project_pack_leaves_out_runs_saved_part_trained(tmp_path):
+    """A saved run's checkpoints (scripts/run_state.py: tens of MB) are carried to a node on
+    their own, not in every bundle; the rest of its folder's neighbours are packed."""
+    repo = tmp_path / "repo"
+    saved = repo / "docs" / "claims" / "x-state" / "claim" / "run"
+    saved.mkdir(parents=True)
+    for name in ("checkpoint_last.pt", "state.json", "train.log"):
+        (saved / name).write_text(name)
+    (repo / "docs" / "claims" / "x.md").write_text("table\n")
+    (repo / "docs" / "claims" / "state.json").write_text("{}\n")  # no checkpoint beside it: packed
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    collect.pack_project(tmp_path / "project.tar.gz", repo)
+    with tarfile.open(tmp_path / "project.tar.gz") as tar:
+        names = sorted(tar.getnames())
+    assert names == [
+        "fairseq_layernorm_plugins/docs/claims/state.json",
+        "fairseq_layernorm_plugins/docs/claims/x.md",
+    ]
+
+
 def test_collect_stage_data_names_a_folder_that_is_not_prepared(tmp_path):
     (tmp_path / "bin").mkdir()
     with pytest.raises(collect.CollectError, match=r"not a prepared IWSLT14-mini folder \(missing stamp.json"):

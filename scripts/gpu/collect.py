@@ -8,7 +8,8 @@ The bundle holds what a node with its own CUDA build of torch lacks, and nothing
 * ``wheels/``: ``scripts/gpu/requirements.txt`` exactly, as manylinux x86-64 wheels for
   ``--python-version`` (antlr4-python3-runtime, an sdist on PyPI, is built into a wheel
   here), plus the fairseq-fixed sdist, which the node compiles against its own torch;
-* ``project.tar.gz``: this repository's files as they are in the working tree (not what git ignores);
+* ``project.tar.gz``: this repository's files as they are in the working tree (not what git ignores,
+  nor runs saved part-trained by ``scripts/run_state.py``);
 * ``data/iwslt14-mini/``: the IWSLT14-mini data-bin and test references the GPU check
   trains and scores on (``--data``; prepared from ``--iwslt-dir`` when missing).
 
@@ -210,12 +211,19 @@ def tracked_files(repo=REPO):
 
 def pack_project(output, repo=REPO):
     """``output`` (.tar.gz): the repository's files (not the ignored ones) as in the working tree, under
-    ``fairseq_layernorm_plugins/``; written to a temp file, then renamed."""
+    ``fairseq_layernorm_plugins/``, but for the runs saved there part-trained (``scripts/run_state.py``:
+    tens of MB of checkpoints, carried to a node on their own); written to a temp file, then renamed."""
     from fairseq_layernorm_plugins.atomic import atomic_path
+    from fairseq_layernorm_plugins.recipes.run_state import LAST, STATE
 
+    names = tracked_files(repo)
+    saved_runs = {
+        Path(name).parent for name in names if Path(name).name == STATE and (repo / name).with_name(LAST).is_file()
+    }
     with atomic_path(output) as tmp, tarfile.open(tmp, "w:gz") as tar:
-        for name in tracked_files(repo):
-            tar.add(repo / name, arcname=f"fairseq_layernorm_plugins/{name}", recursive=False)
+        for name in names:
+            if Path(name).parent not in saved_runs:
+                tar.add(repo / name, arcname=f"fairseq_layernorm_plugins/{name}", recursive=False)
     return output
 
 
