@@ -162,7 +162,7 @@ def test_a_checkpoint_that_changes_while_it_is_copied_is_copied_again(runs, tmp_
     waits = []
     monkeypatch.setattr(run_state.time, "sleep", lambda s: (waits.append(s), path.write_bytes(good)))
     state = run_state._copy_checkpoint(path, tmp_path / "copy.pt")
-    assert len(waits) == 1 and run_state.checkpoint_update(state) == CARRIED_AT
+    assert len(waits) == 1 and run_state.updates_of(state) == CARRIED_AT
     assert (tmp_path / "copy.pt").read_bytes() == good
 
     copies, copy = [], shutil.copy2

@@ -42,8 +42,9 @@ ATTEMPTS, WAIT = 5, 2.0  # copies of a checkpoint that is being written, seconds
 UNREADABLE = (RuntimeError, EOFError, pickle.UnpicklingError)  # torch.load of a half-written file
 
 
-def checkpoint_update(state):
-    """The number of updates a loaded fairseq checkpoint was saved at."""
+def updates_of(state):
+    """The number of updates a loaded fairseq checkpoint was saved at (``checkpoints.checkpoint_update``
+    reads it from a file name instead)."""
     return int(state["optimizer_history"][-1]["num_updates"])
 
 
@@ -93,9 +94,9 @@ def save_run(run_dir, out, path, numbered=False):
     with atomic_directory(out) as tmp:
         # a best checkpoint newer than the copied last: fairseq was between its two copies
         for _ in range(ATTEMPTS):
-            update = checkpoint_update(_copy_checkpoint(checkpoints / LAST, tmp / LAST))
+            update = updates_of(_copy_checkpoint(checkpoints / LAST, tmp / LAST))
             best = _copy_checkpoint(checkpoints / BEST, tmp / BEST) if (checkpoints / BEST).is_file() else None
-            if best is None or checkpoint_update(best) <= update:
+            if best is None or updates_of(best) <= update:
                 break
             time.sleep(WAIT)
         # else a run killed between the two copies: its best is carried as it is, newer than
@@ -103,7 +104,7 @@ def save_run(run_dir, out, path, numbered=False):
         record = {"path": str(path), "update": update, "best_update": None, "numbered": {}}
         (tmp / BEST).unlink(missing_ok=True)
         if best is not None:
-            record["best_update"] = checkpoint_update(best)
+            record["best_update"] = updates_of(best)
             if record["best_update"] != update:
                 _model_only(best, tmp / BEST)
         for number, checkpoint in sorted(numbered_checkpoints(checkpoints, "update").items()):
@@ -144,10 +145,7 @@ def restore_run(saved, root):
     record = _saved_record(saved)
     run_dir = Path(root) / record["path"]
     last = run_dir / "checkpoints" / LAST
-    if (
-        last.is_file()
-        and checkpoint_update(torch.load(last, map_location="cpu", weights_only=False)) >= record["update"]
-    ):
+    if last.is_file() and updates_of(torch.load(last, map_location="cpu", weights_only=False)) >= record["update"]:
         return None
     with atomic_directory(run_dir) as tmp:
         (tmp / "checkpoints").mkdir()
