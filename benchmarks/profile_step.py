@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Where one training step's time goes outside the big matmuls (``torch.profiler``, CPU):
+"""Where one training step's time goes outside the big matmuls (``torch.profiler``):
 
     python benchmarks/profile_step.py [--archs transformer transformer_admin] [--fast] [--out docs/profile]
 
@@ -13,13 +13,20 @@ autograd node in the backward (``GatherBackward0`` for its ``aten::zeros`` and
 accumulation, freeing) are theirs. Outermost operators are grouped into categories, one
 column per arch in per cent of the step's self time, followed by the outermost operators
 outside the matmuls that cost most. Writes OUT.md and OUT.json with ``--out``.
+
+On CUDA (``--device cuda``) the same table is made twice: from the host's self time (what
+Python, the dispatcher and the kernel launches cost) and from the GPU's kernel time, each kernel
+counted to the outermost operator that launched it; the step's wall time beside the GPU's busy
+time says whether the step waits on the host (launch-bound) or on the kernels.
 """
 
 import sys
+import time
 from collections import defaultdict
 from pathlib import Path
 
 import torch
+from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile, record_function
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -66,7 +73,9 @@ def root_operator(event):
 
 
 def profile_step(bench, steps):
-    """{outermost operator: self CPU microseconds} summed over ``steps`` of ``bench``'s steps."""
+    """({outermost operator: self CPU microseconds}, {outermost operator: GPU kernel
+    microseconds} (empty off CUDA), wall microseconds), summed over ``steps`` of ``bench``'s steps."""
+    cuda = bench.args.device == "cuda"
     original = bench.optimizer.step
 
     def labelled_step(*args, **kwargs):
@@ -74,17 +83,24 @@ def profile_step(bench, steps):
             return original(*args, **kwargs)
 
     bench.optimizer.step = labelled_step
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     try:
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
+        with profile(activities=activities) as prof:
+            start = time.perf_counter()
             for _ in range(steps):
-                bench.step()
+                bench.step()  # synchronises the device at its end
+            wall = (time.perf_counter() - start) * 1e6
     finally:
         bench.optimizer.step = original
-    by_root = defaultdict(float)
+    host, device = defaultdict(float), defaultdict(float)
     for event in prof.events():
-        if event.name != OPTIMIZER:
-            by_root[root_operator(event)] += event.self_cpu_time_total
-    return dict(by_root)
+        if event.name == OPTIMIZER or event.device_type != DeviceType.CPU:
+            continue  # kernels are counted through the operator that launched them
+        root = root_operator(event)
+        host[root] += event.self_cpu_time_total
+        if cuda:
+            device[root] += event.self_device_time_total
+    return dict(host), dict(device), wall
 
 
 def summarize(roots, steps):
@@ -98,24 +114,37 @@ def summarize(roots, steps):
     return dict(shares), total / 1000 / steps, outside[:8]
 
 
-def markdown(args, results):
-    """The table and the top operators, as Markdown."""
+def table(results, key, what):
+    """One Markdown table: ``results[arch][key]`` as categories (rows) by arch (columns)."""
     names = list(results)
     order = [OPTIMIZER] + [c for c, _ in CATEGORIES] + [OTHER]
+    lines = [f"| share of the step's {what} | {' | '.join(names)} |", "|---|" + "---|" * len(names)]
+    for cat in order:
+        lines.append(f"| {cat} | " + " | ".join(f"{results[n][key]['shares'].get(cat, 0):.1f} %" for n in names) + " |")
+    lines.append(f"| {what} per step | " + " | ".join(f"{results[n][key]['step_ms']:.1f} ms" for n in names) + " |")
+    lines += ["", f"Costliest outermost operators outside the matmuls ({what}, per cent of the step):", ""]
+    for n in names:
+        lines.append(f"- {n}: " + ", ".join(f"`{op}` {share:.1f} %" for op, share in results[n][key]["top"]))
+    return lines
+
+
+def markdown(args, results):
+    """The table(s) and the top operators, as Markdown."""
     lines = [
         f"{args.device} {args.precision}, {args.layers}L-{args.layers}L d={args.dim} FFN {args.ffn_dim} "
         f"{args.heads} heads, {args.batches} batches of <= {args.max_tokens} tokens per step, "
         f"{args.threads} threads, {args.reps} profiled steps",
         "",
-        f"| share of the step's self time | {' | '.join(names)} |",
-        "|---|" + "---|" * len(names),
+        *table(results, "host", "host self time"),
     ]
-    for cat in order:
-        lines.append(f"| {cat} | " + " | ".join(f"{results[n]['shares'].get(cat, 0):.1f} %" for n in names) + " |")
-    lines.append("| step (profiled) | " + " | ".join(f"{results[n]['step_ms']:.0f} ms" for n in names) + " |")
-    lines += ["", "Costliest outermost operators outside the matmuls (per cent of the step):", ""]
-    for n in names:
-        lines.append(f"- {n}: " + ", ".join(f"`{op}` {share:.1f} %" for op, share in results[n]["top"]))
+    if args.device == "cuda":
+        names = list(results)
+        lines += ["", *table(results, "device", "GPU kernel time"), ""]
+        lines.append("| per step | " + " | ".join(names) + " |")
+        lines.append("|---|" + "---|" * len(names))
+        lines.append("| wall time | " + " | ".join(f"{results[n]['wall_ms']:.1f} ms" for n in names) + " |")
+        busy = [results[n]["device"]["step_ms"] / results[n]["wall_ms"] for n in names]
+        lines.append("| GPU busy | " + " | ".join(f"{100 * b:.0f} %" for b in busy) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -133,9 +162,18 @@ def main(argv=None):
         bench = throughput.Bench(args, arch, fast=args.fast)
         for _ in range(args.warmup):
             bench.step()
-        shares, step_ms, top = summarize(profile_step(bench, args.reps), args.reps)
-        results[throughput.label(arch, args.fast)] = {"shares": shares, "step_ms": step_ms, "top": top}
-        print(f"{arch}: {step_ms:.0f} ms self CPU time per step", flush=True)
+        host, device, wall = profile_step(bench, args.reps)
+        result = {"wall_ms": wall / 1000 / args.reps}
+        for key, roots in (("host", host), ("device", device)):
+            if roots:
+                shares, step_ms, top = summarize(roots, args.reps)
+                result[key] = {"shares": shares, "step_ms": step_ms, "top": top}
+        results[throughput.label(arch, args.fast)] = result
+        gpu = f", {result['device']['step_ms']:.1f} ms GPU kernels" if device else ""
+        print(
+            f"{arch}: {result['host']['step_ms']:.0f} ms host self time, {result['wall_ms']:.1f} ms wall{gpu} per step",
+            flush=True,
+        )
     text = markdown(args, results)
     print(text)
     if args.out:

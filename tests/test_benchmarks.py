@@ -67,11 +67,13 @@ def test_profile_splits_a_step_and_tfixup_runs_no_layer_norm(tiny_data_bin, tmp_
     ]
     results = profile_step.main(argv)
     for name, result in results.items():
-        assert sum(result["shares"].values()) == pytest.approx(100), name
-        assert result["shares"]["matmul"] > 0 and result["shares"][profile_step.OPTIMIZER] > 0, name
-        assert all(profile_step.category(op) != "matmul" for op, _ in result["top"])
-    assert results["transformer"]["shares"]["LayerNorm"] > 0
-    assert "LayerNorm" not in results["transformer_tfixup"]["shares"]  # T-Fixup has none (Huang et al. 2020)
+        host = result["host"]
+        assert sum(host["shares"].values()) == pytest.approx(100), name
+        assert host["shares"]["matmul"] > 0 and host["shares"][profile_step.OPTIMIZER] > 0, name
+        assert all(profile_step.category(op) != "matmul" for op, _ in host["top"])
+        assert "device" not in result and result["wall_ms"] > 0  # no GPU kernel table on a CPU
+    assert results["transformer"]["host"]["shares"]["LayerNorm"] > 0
+    assert "LayerNorm" not in results["transformer_tfixup"]["host"]["shares"]  # T-Fixup has none (Huang et al. 2020)
     assert json.loads((tmp_path / "profile.json").read_text()) == json.loads(json.dumps(results))
     table = (tmp_path / "profile.md").read_text()
     assert "| LayerNorm | " in table and "| transformer | transformer_tfixup |" in table
