@@ -95,10 +95,9 @@ import torch
 from fairseq_layernorm_plugins.recipes import experiment, render
 from fairseq_layernorm_plugins.recipes.claim import (
     UPDATES,
-    Claim,
-    Run,
     budget,
     claim_dir,
+    load_claims,
     run_spec,
     train_run,
     unfinished_records,
@@ -108,149 +107,7 @@ from fairseq_layernorm_plugins.recipes.experiment import REPO, seed_path
 from fairseq_layernorm_plugins.recipes.specs import same_run
 
 DATA_DIRS = {"multi30k": "multi30k.de-en", "wikitext2": "wikitext-2"}  # under data/
-ADMIN_DROPOUT = {"attention_dropout": 0.1, "activation_dropout": 0.1}  # configs/iwslt14/admin.yaml's, on top of 0.1
-CLAIMS = {
-    "preln": Claim(
-        paper="Pre-LN (Xiong et al. 2020), Sec. 4.2 / Fig. 4 (Pre-LN), Sec. 3.2 / Fig. 2 (warm-up)",
-        statement="Pre-LN without warm-up reaches the BLEU of Post-LN with warm-up in fewer updates; "
-        "Post-LN without warm-up lags or fails.",
-        depth="6L-6L",
-        width=128,
-        lr=1e-3,
-        decay_after=300,
-        runs=(
-            Run("postln warm-up", "postln", warmup=300),
-            Run("postln no warm-up", "postln"),
-            Run("preln no warm-up", "preln"),
-        ),
-        baseline="postln warm-up",
-    ),
-    "admin": Claim(
-        paper="Admin (Liu et al. 2020), Table 2 / Fig. 1",
-        statement="At depth with warm-up (the Admin recipe: lr 1e-3, RAdam; Adam too), Post-LN fails or lags, "
-        "Admin trains and ends at or above Pre-LN.",
-        depth="12L-12L",
-        width=64,
-        lr=1e-3,
-        decay_after=450,
-        runs=(
-            *(
-                Run(f"{method} {optimizer}", method, warmup=450, optimizer=optimizer)
-                for optimizer in ("radam", "adam")
-                for method in ("postln", "preln", "admin")
-            ),
-            # Admin's recipe alone adds attention and activation dropout: the control for a late lead
-            Run("preln radam admin-dropout", "preln", warmup=450, optimizer="radam", model=ADMIN_DROPOUT),
-        ),
-        baseline="preln radam",
-        also_against=("preln radam admin-dropout",),
-    ),
-    "tfixup": Claim(
-        paper="T-Fixup (Huang et al. 2020), Sec. 4.2 (deep models); Sec. 3.1 / Fig. 3 (no warm-up)",
-        statement="A deep model without any LayerNorm trains without warm-up (T-Fixup's initialisation); "
-        "Post-LN without warm-up does not.",
-        depth="18L-18L",
-        width=64,
-        lr=5e-4,
-        decay_after=300,
-        runs=(
-            Run("tfixup no warm-up", "tfixup"),
-            Run("postln no warm-up", "postln"),
-            Run("preln no warm-up", "preln"),
-        ),
-        baseline="preln no warm-up",
-    ),
-    "b2t": Claim(
-        paper="B2T connection (Takase et al. 2023), Sec. 6.1 / Table 1 (18L-18L)",
-        statement="At 18L-18L with warm-up, Post-LN fails while B2T trains and ends at or above Pre-LN; "
-        "B2T without LayerNorm trains.",
-        depth="18L-18L",
-        width=64,
-        lr=1e-3,
-        decay_after=300,
-        runs=(
-            Run("b2t", "b2t", warmup=300),
-            Run("preln", "preln", warmup=300),
-            Run("postln", "postln", warmup=300),
-            # the paper's w/o-LN scales alone give logits of std ~160 at d=64 (docs/claims.md); the
-            # authors' released code also rescales every non-LN weight by N^-0.5 whenever B2T is on
-            Run(
-                "b2t w/o LN, rescaled", "b2t", warmup=300, model={"b2t_no_layer_norm": True, "b2t_weight_rescale": True}
-            ),
-        ),
-        baseline="preln",
-        # the paper's models, its baselines too, come from the authors' fork, which initialises
-        # as fairseq 0.12 does (nn.Linear FFN); docs/claims/b2t-init-paper.* has Xavier-FFN runs
-        model={"init_style": "fairseq"},
-    ),
-}
-
-
-CLAIMS["shallow"] = Claim(
-    paper="Admin (Liu et al. 2020), Table 2 (6L-6L: Post-LN 35.64, Pre-LN 35.50 on IWSLT14); "
-    "B2T (Takase et al. 2023), Sec. 6.1 / Table 1 (6L-6L: Post-LN above Pre-LN)",
-    statement="At 6L-6L, trained until validation stops improving, Post-LN ends at or above Pre-LN; "
-    "Admin, B2T and T-Fixup end level with Post-LN.",
-    depth="6L-6L",
-    width=128,
-    lr=1e-3,
-    decay_after=500,
-    runs=(
-        Run("postln", "postln", warmup=500),
-        Run("preln", "preln", warmup=500),
-        Run("admin", "admin", warmup=500),
-        Run("b2t", "b2t", warmup=500),
-        Run("tfixup no warm-up", "tfixup"),  # the authors' recipe: no warm-up
-        # controls: the Admin recipe alone has attention and activation dropout 0.1 (Transformer-Clinic's
-        # IWSLT14 commands give them to Post-LN and Pre-LN too); with it, a lead of Admin's is its own
-        Run("postln admin-dropout", "postln", warmup=500, model=ADMIN_DROPOUT),
-        Run("preln admin-dropout", "preln", warmup=500, model=ADMIN_DROPOUT),
-    ),
-    baseline="preln",
-    also_against=("postln", "postln admin-dropout"),  # the claim's "level with Post-LN", and with its dropout
-)
-
-
-NEWER = ("periln", "mixln", "lns", "rezero", "dyt", "residual", "dlcl", "dlcl_postnorm")  # beyond the papers' six
-CLAIMS["newer"] = Claim(
-    paper="The B2T claim's setting (18L-18L, warm-up 300, lr 1e-3) for the newer placements and initialisations",
-    statement="At 18L-18L with warm-up, where Post-LN fails, each newer method trains; how far each ends from Pre-LN.",
-    depth="18L-18L",
-    width=64,
-    lr=1e-3,
-    decay_after=300,
-    runs=tuple(Run(method, method, warmup=300) for method in ("preln", "postln", *NEWER)),
-    baseline="preln",
-)
-CLAIMS["newer-nowarmup"] = Claim(
-    paper="The T-Fixup claim's setting (18L-18L, no warm-up, lr 5e-4) for the newer placements and initialisations",
-    statement="At 18L-18L without warm-up, where Post-LN fails, which newer methods train; how far each ends from "
-    "Pre-LN.",
-    depth="18L-18L",
-    width=64,
-    lr=5e-4,
-    decay_after=300,
-    runs=tuple(Run(f"{method} no warm-up", method) for method in ("preln", "postln", *NEWER)),
-    baseline="preln no warm-up",
-)
-
-
-CLAIMS["lm"] = Claim(
-    paper="B2T (Takase et al. 2023), Sec. 6.3 / Table 3 (WikiText-103 language models, 6L and 16L)",
-    statement="A decoder-only language model: at 16L Post-LN fails while B2T trains and reaches Pre-LN's "
-    "perplexity or better; at 6L Post-LN is at or below Pre-LN's perplexity.",
-    depth="16L",
-    width=128,
-    lr=1e-3,
-    decay_after=300,
-    runs=tuple(
-        Run(f"{method} {depth}", method, warmup=300, depth=depth)
-        for depth in ("16L", "6L")
-        for method in ("postln", "preln", "b2t")
-    ),
-    baseline="preln 16L",
-    corpus="wikitext2",
-)
+CLAIMS = load_claims()  # configs/claims.yaml
 
 
 def other_precision(parser, args):

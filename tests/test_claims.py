@@ -16,15 +16,38 @@ sys.path.insert(0, str(REPO / "scripts"))
 import claims  # noqa: E402
 
 from fairseq_layernorm_plugins.recipes import render  # noqa: E402
+from fairseq_layernorm_plugins.recipes.claim import Claim, Run, load_claims  # noqa: E402
 
-TOY = claims.Claim(
+
+def test_claims_are_read_from_their_yaml_file_and_a_bad_field_names_the_file(tmp_path):
+    """configs/claims.yaml: one run per method from ``runs_of`` (an alias of a list among the
+    methods counts as its methods), and an unknown field is one error naming the file and claim."""
+    claims_by_name = load_claims()
+    assert claims.CLAIMS == claims_by_name and "shallow" in claims_by_name
+    newer = claims_by_name["newer-nowarmup"]
+    assert [r.label for r in newer.runs[:3]] == ["preln no warm-up", "postln no warm-up", "periln no warm-up"]
+    assert all(r.warmup == 0 for r in newer.runs) and len(newer.runs) == 10
+    assert claims_by_name["admin"].run("preln radam admin-dropout").model == {
+        "attention_dropout": 0.1,
+        "activation_dropout": 0.1,
+    }
+    bad = tmp_path / "claims.yaml"
+    bad.write_text(
+        "claims:\n  x: {paper: p, statement: s, depth: 1L, width: 8, lr: 0.1, decay_after: 1, "
+        "runs: [], baseline: b, widht: 9}\n"
+    )
+    with pytest.raises(ValueError, match=rf"^{bad}: claim 'x': .*widht"):
+        load_claims(bad)
+
+
+TOY = Claim(
     paper="toy",
     statement="toy",
     depth="1L-1L",
     width=16,
     lr=1e-3,
     decay_after=300,
-    runs=(claims.Run("postln warm-up", "postln", warmup=300), claims.Run("preln no warm-up", "preln")),
+    runs=(Run("postln warm-up", "postln", warmup=300), Run("preln no warm-up", "preln")),
     baseline="postln warm-up",
 )
 
@@ -114,7 +137,7 @@ def test_toy_claim_end_to_end(tmp_path, monkeypatch, capsys, multi30k):
     claims.main(args)  # resumes: nothing to train
     assert "2 of 2 runs done; training 0" in capsys.readouterr().out
 
-    monkeypatch.setitem(claims.CLAIMS, "toy", claims.Claim(**{**TOY.__dict__, "width": 32}))
+    monkeypatch.setitem(claims.CLAIMS, "toy", Claim(**{**TOY.__dict__, "width": 32}))
     claims.main([*args, "--runs-only", "preln no warm-up"])  # another spec: trained again from scratch
     printed = capsys.readouterr().out
     assert "0 of 1 runs done; training 1" in printed
@@ -176,7 +199,7 @@ def test_patience_stops_a_run_and_scores_its_best_checkpoint(tmp_path, monkeypat
     """``--patience 2``: at lr 0 the validation loss never improves after the first validation
     (update 2), so the run stops at the second one after it (update 6), far below the cap,
     and the test set is translated by checkpoint_best.pt."""
-    frozen = claims.Claim(**{**TOY.__dict__, "lr": 0.0, "runs": (claims.Run("preln no warm-up", "preln"),)})
+    frozen = Claim(**{**TOY.__dict__, "lr": 0.0, "runs": (Run("preln no warm-up", "preln"),)})
     monkeypatch.setitem(claims.CLAIMS, "toy", frozen)
     args = ["toy", "--updates", "40", "--validate-every", "2", "--patience", "2", "--test-lines", "20"]
     claims.main([*args, "--data-dir", str(multi30k), "--runs", str(tmp_path / "runs")])
@@ -258,7 +281,7 @@ def test_converged_plot_adds_the_late_nll_and_crosses_runs_with_model_options(mo
 def test_precision_trains_every_run_in_fp16_and_reports_its_loss_scale(tmp_path, monkeypatch, capsys, multi30k):
     """``--precision fp16``: fairseq's --fp16 (on this CPU), runs in RUNS/CLAIM-fp16, the
     precision in each run's spec, and the loss scale in the report."""
-    monkeypatch.setitem(claims.CLAIMS, "toy", claims.Claim(**{**TOY.__dict__, "runs": TOY.runs[1:]}))
+    monkeypatch.setitem(claims.CLAIMS, "toy", Claim(**{**TOY.__dict__, "runs": TOY.runs[1:]}))
     args = ["toy", "--updates", "50", "--validate-every", "25", "--test-lines", "20", "--precision", "fp16"]
     claims.main([*args, "--data-dir", str(multi30k), "--runs", str(tmp_path / "runs")])
     out = tmp_path / "runs" / "toy-fp16"
@@ -315,7 +338,7 @@ def test_device_cuda_trains_each_run_on_the_gpu_and_says_so(tmp_path, monkeypatc
     from fairseq_layernorm_plugins.recipes import evaluate, experiment
     from fairseq_layernorm_plugins.recipes.launch import Launch
 
-    monkeypatch.setitem(claims.CLAIMS, "toy", claims.Claim(**{**TOY.__dict__, "runs": TOY.runs[1:]}))
+    monkeypatch.setitem(claims.CLAIMS, "toy", Claim(**{**TOY.__dict__, "runs": TOY.runs[1:]}))
     args = ["toy", "--validate-every", "10", "--test-lines", "20", "--updates"]
     where = ["--data-dir", str(multi30k), "--runs", str(tmp_path / "runs")]
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
@@ -592,10 +615,10 @@ def test_language_model_claim_end_to_end(tmp_path, monkeypatch):
     monkeypatch.setattr(experiment, "prepare_corpus", lambda *a, **k: None)  # the corpus above
     small_vocab = {"adaptive_input_cutoff": "200,1000", "adaptive_softmax_cutoff": "200,1000"}  # its few words
     runs = (
-        claims.Run("postln 1L", "postln", warmup=300, depth="1L"),
-        claims.Run("b2t 2L", "b2t", warmup=300, depth="2L"),
+        Run("postln 1L", "postln", warmup=300, depth="1L"),
+        Run("b2t 2L", "b2t", warmup=300, depth="2L"),
     )
-    toy = claims.Claim(
+    toy = Claim(
         **{
             **TOY.__dict__,
             "depth": "1L",
@@ -733,7 +756,7 @@ def test_seeds_are_compared_run_by_run_and_paired_by_seed(tmp_path, monkeypatch)
 
 def test_init_style_option_overrides_the_claims_initialisation_and_has_its_own_run_directory(tmp_path):
     """The claim's own model options reach every run; --init-style replaces its init_style only."""
-    claim = claims.Claim(**{**TOY.__dict__, "model": {"init_style": "fairseq", "dropout": 0.2}})
+    claim = Claim(**{**TOY.__dict__, "model": {"init_style": "fairseq", "dropout": 0.2}})
     args = argparse.Namespace(
         claim="toy",
         updates=4,

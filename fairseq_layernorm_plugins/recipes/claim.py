@@ -1,5 +1,5 @@
-"""A paper's claim at CPU scale, tested by a handful of training runs (``scripts/claims.py``
-defines the claims): runs of the Multi30k recipes (``configs/multi30k/<method>.yaml``; a
+"""A paper's claim at CPU scale, tested by a handful of training runs (``configs/claims.yaml``
+defines the claims, ``scripts/claims.py`` runs them): runs of the Multi30k recipes (``configs/multi30k/<method>.yaml``; a
 language-model claim's: ``configs/wikitext2/``) at one depth (or one per run) and width,
 trained with the same optimizer, peak learning rate and schedule family, each in
 RUNS/CLAIM/<run> beside the spec that decides its outcome (``experiment.open_run_dir``).
@@ -74,6 +74,30 @@ class Claim:
 
     def run(self, label):
         return next(r for r in self.runs if r.label == label)
+
+
+def load_claims(path=None):
+    """{name: Claim} of ``path`` (default: configs/claims.yaml). A claim's ``runs`` are listed, or
+    ``runs_of: {methods: [...], label: "{method} ...", **Run fields}`` makes one run per method
+    (a list among the methods, a YAML alias of one, counts as its methods)."""
+    import yaml
+
+    path = Path(path or experiment.REPO / "configs" / "claims.yaml")
+    claims = {}
+    for name, spec in yaml.safe_load(path.read_text(encoding="utf-8"))["claims"].items():
+        spec = dict(spec)
+        if "runs_of" in spec:
+            template = dict(spec.pop("runs_of"))
+            label = template.pop("label")
+            methods = [m for item in template.pop("methods") for m in (item if isinstance(item, list) else [item])]
+            spec["runs"] = [{"label": label.format(method=m), "method": m, **template} for m in methods]
+        spec["runs"] = tuple(Run(**run) for run in spec["runs"])
+        spec["also_against"] = tuple(spec.get("also_against", ()))
+        try:
+            claims[name] = Claim(**spec)
+        except TypeError as err:  # an unknown or missing field
+            raise ValueError(f"{path}: claim {name!r}: {err}") from None
+    return claims
 
 
 def run_recipe(claim, run, args):
