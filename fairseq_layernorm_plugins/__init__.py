@@ -12,13 +12,14 @@ Layout:
 
 from fairseq_layernorm_plugins import _compat
 
-_compat.apply("checkpoint_loading")
 _compat.check_fairseq()
+_compat.apply("checkpoint_loading")
 _compat.apply("bf16_without_tpu")
 _compat.apply("numpy_compat_long")
 _compat.apply("loader_thread_exit")
 _compat.apply("fp16_on_cpu")
-_compat.apply("fp16_cpu_products")  # keep_last_batch applies when a plugin model is built (see _compat)
+_compat.apply("fp16_cpu_products")
+_compat.apply("keep_last_batch")  # every model's, fairseq's own archs included
 
 from fairseq_layernorm_plugins import models, optim  # noqa: E402,F401  (registers everything)
 

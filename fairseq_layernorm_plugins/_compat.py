@@ -2,8 +2,16 @@
 makes to fairseq's own behaviour, each named:
 
 * ``checkpoint_loading`` (torch >= 2.6, any fairseq): torch loads with ``weights_only=True``
-  and fairseq checkpoints pickle Namespace / omegaconf objects, so they fail to load.
-  Applied on import (an environment variable; the user's own setting wins).
+  and fairseq checkpoints pickle ``argparse.Namespace`` objects (and, with ``--eval-bleu``,
+  NumPy arrays), so fairseq refuses its own checkpoints. fairseq's checkpoint reads
+  (``checkpoint_utils.load_checkpoint_to_cpu`` and ``load_ema_from_checkpoint``) now load
+  with ``weights_only=True`` always, allowing the few data types fairseq stores
+  (:func:`checkpoint_globals`) for that load only; a checkpoint that would run code when
+  unpickled is refused, ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` or not. The state a
+  data-parallel resume sends from rank 0 to the others
+  (``distributed.utils._broadcast_object_slow``) is read with the same allow-list. Applied
+  on import; nothing else in the process changes how ``torch.load`` works (no environment
+  variable, no type allowed outside those loads).
 * ``bf16_without_tpu`` (fairseq 0.12.x): ``--bf16`` implies ``--tpu``, so a bf16 run on a
   GPU or a CPU dies importing torch_xla. Applied on import; it changes only runs that would
   fail.
@@ -31,15 +39,16 @@ makes to fairseq's own behaviour, each named:
   job failed. At exit, before the interpreter shuts down, each such thread now finishes the
   batch it is reading and stops. Applied on import; it changes only how a process ends.
 * ``keep_last_batch`` (fairseq 0.12.3 / main, so fairseq-fixed): ``batch_by_size`` drops
-  the last batch of every split (up to 7 sentences). Applied when one of the plugin's
-  models is built, so fairseq's own archs batch as without the plugin.
+  the last batch of every split (up to 7 sentences). Applied on import, so it holds for
+  every model run with ``--user-dir fairseq_layernorm_plugins``, fairseq's own archs
+  (``transformer``, ``transformer_lm``, a checkpoint exported from Admin) included.
 * ``resume_batches`` (fairseq 0.12.3 / main, so fairseq-fixed): the training set is cut into
   batches with the seed plus the epoch at which its batch iterator is made. A run started at
   epoch 1 makes it once and keeps those batches (only their order changes with the epoch);
   a run resumed from ``checkpointE.pt`` makes it at epoch E + 1 and trains on batches of
   other sentences from there on, so it does not reproduce the uninterrupted run (fairseq's
   own test_reproducibility fails, stock ``transformer`` included). Applied when one of the
-  plugin's models is built, like ``keep_last_batch``.
+  plugin's models is built.
 * ``patience_resume`` (fairseq 0.12.x): ``--patience N`` counts validations without
   improvement in attributes of ``fairseq_cli.train.should_stop_early`` that no checkpoint
   keeps, so a resumed run forgets its best validation loss and its count, and trains up to
@@ -77,6 +86,7 @@ Turn any of them off with ``FAIRSEQ_LAYERNORM_PLUGINS_NO_PATCH=name[,name...]`` 
 ``all``).
 """
 
+import contextlib
 import functools
 import logging
 import os
@@ -152,7 +162,7 @@ def apply(name, *args):
     :func:`patch_enabled` themselves."""
     if patch_enabled(name):
         {
-            "checkpoint_loading": enable_fairseq_checkpoint_loading,
+            "checkpoint_loading": checkpoint_loading,
             "bf16_without_tpu": bf16_without_tpu,
             "fp16_on_cpu": fp16_on_cpu,
             "fp16_cpu_products": fp16_cpu_products,
@@ -167,14 +177,117 @@ def apply(name, *args):
         }[name](*args)
 
 
-def enable_fairseq_checkpoint_loading():
-    """Let fairseq load its own checkpoints on torch >= 2.6.
+def checkpoint_globals():
+    """What fairseq's checkpoints pickle besides tensors and plain containers, as the list
+    ``torch.serialization.safe_globals`` takes: data types whose unpickling runs no code of
+    the file's choosing.
 
-    torch 2.6 made ``torch.load(weights_only=True)`` the default, and fairseq
-    checkpoints pickle ``argparse.Namespace`` and omegaconf objects. torch reads this
-    variable at load time; an explicit setting by the user wins.
+    * ``argparse.Namespace``: a checkpoint's ``cfg["model"]`` (and ``args``) for argparse
+      archs, fairseq's ``transformer`` and every plugin arch among them;
+    * NumPy arrays, dtypes and scalars (``--eval-bleu``'s counts in the saved meters), under
+      NumPy 2's module names and NumPy 1's, arrays of Python objects excepted;
+    * omegaconf's containers and nodes, ``typing.Any``, ``collections.defaultdict`` and the
+      builtins it names: a loaded checkpoint's ``cfg`` as fairseq holds it (a ``DictConfig``),
+      which a data-parallel resume sends from rank 0 to the other ranks, and a checkpoint
+      that saved its ``cfg`` unconverted;
+    * ``fairseq.distributed.utils._TensorPlaceholder``: where that message had its tensors.
     """
-    os.environ.setdefault("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
+    import argparse
+    import collections
+    import typing
+
+    import numpy
+    from fairseq.distributed import utils as distributed_utils
+    from omegaconf import base, dictconfig, listconfig, nodes
+
+    multiarray = numpy._core.multiarray if hasattr(numpy, "_core") else numpy.core.multiarray
+    allowed = [
+        argparse.Namespace,
+        numpy.ndarray,
+        numpy.dtype,  # and the class of each dtype but object's (an array of objects is refused)
+        *sorted({type(numpy.dtype(code)) for code in numpy.typecodes["All"] if code != "O"}, key=str),
+        *[
+            (getattr(multiarray, name), f"{module}.multiarray.{name}")
+            for name in ("_reconstruct", "scalar")
+            for module in ("numpy._core", "numpy.core")
+        ],
+        dictconfig.DictConfig,
+        listconfig.ListConfig,
+        base.ContainerMetadata,
+        base.Metadata,
+        nodes.AnyNode,
+        nodes.StringNode,
+        nodes.IntegerNode,
+        nodes.FloatNode,
+        nodes.BooleanNode,
+        (typing.Any, "typing.Any"),  # named: before Python 3.11 typing.Any has no __qualname__
+        collections.defaultdict,
+        dict,
+        list,
+        int,
+        distributed_utils._TensorPlaceholder,
+    ]
+    return allowed
+
+
+@contextlib.contextmanager
+def fairseq_checkpoint_globals():
+    """Within: ``torch.load(..., weights_only=True)`` accepts :func:`checkpoint_globals` too.
+    Only what was not allowed before is added, and taken away again on leaving."""
+    from torch import serialization
+
+    before = serialization.get_safe_globals()
+    added = [item for item in checkpoint_globals() if item not in before]
+    with serialization.safe_globals(added):
+        yield
+
+
+def load_checkpoint(f, map_location="cpu", **kwargs):
+    """``torch.load(f, weights_only=True)`` of a fairseq checkpoint (a path or a file):
+    tensors, plain containers and :func:`checkpoint_globals` only; anything else (a pickle
+    that would call a function) is refused with ``pickle.UnpicklingError``. ``kwargs``
+    (``mmap=True``, ...) go to ``torch.load``."""
+    import torch
+
+    kwargs["weights_only"] = True
+    with fairseq_checkpoint_globals():
+        return torch.load(f, map_location=map_location, **kwargs)
+
+
+class _TorchLoadingCheckpoints:
+    """torch as it is, but ``load`` is :func:`load_checkpoint` (always ``weights_only=True``,
+    whatever the caller or ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` says): the ``torch`` that
+    ``fairseq.checkpoint_utils`` sees."""
+
+    def __init__(self, torch):
+        self._torch = torch
+
+    def __getattr__(self, name):
+        return getattr(self._torch, name)
+
+    def load(self, f, map_location=None, **kwargs):
+        kwargs.pop("weights_only", None)
+        return load_checkpoint(f, map_location=map_location, **kwargs)
+
+
+def checkpoint_loading():
+    """fairseq's checkpoint reads load safely (``weights_only=True``) with the types fairseq
+    stores allowed for that load only (module docstring); applying twice is harmless."""
+    from fairseq import checkpoint_utils
+    from fairseq.distributed import utils as distributed_utils
+
+    if not isinstance(checkpoint_utils.torch, _TorchLoadingCheckpoints):
+        checkpoint_utils.torch = _TorchLoadingCheckpoints(checkpoint_utils.torch)
+    receive = distributed_utils._broadcast_object_slow
+    if not getattr(receive, "checkpoint_loading", False):
+
+        @functools.wraps(receive)
+        def _broadcast_object_slow(*args, **kwargs):
+            with fairseq_checkpoint_globals():
+                return receive(*args, **kwargs)
+
+        _broadcast_object_slow.checkpoint_loading = True
+        distributed_utils._broadcast_object_slow = _broadcast_object_slow
 
 
 class _NumpyWithCompat:
@@ -274,9 +387,10 @@ def keep_last_batch():
     of IWSLT14's 6750 test lines and 3000 of newstest2014's 3003, and BLEU is computed
     on an incomplete test set. This wrapper appends the dropped sentences as a last
     (smaller) batch, as fairseq 0.12.2 and the papers' fairseq 0.8/0.9 did. It is
-    installed only if the running fairseq shows the behaviour, when a plugin model is
-    built (``PluginTransformerModel.build_model``): before any batch iterator exists, in
-    ``fairseq-train`` and ``fairseq-generate`` alike.
+    installed only if the running fairseq shows the behaviour, on import (``--user-dir``
+    imports the plugin before any batch iterator exists), so it holds for every model:
+    the plugin's archs and fairseq's own, in ``fairseq-train``, ``fairseq-generate``,
+    ``fairseq-validate`` and ``fairseq-eval-lm`` alike.
     """
     import numpy as np
     from fairseq.data import data_utils

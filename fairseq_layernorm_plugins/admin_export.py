@@ -1,6 +1,15 @@
 """Export a trained Admin model as a plain fairseq ``transformer`` (Post-LN) checkpoint
 (Liu et al. 2020, App. C), loadable and decodable by stock fairseq without ``--user-dir``.
 
+The exported checkpoint holds tensors and plain containers only (its model config a dict,
+not the ``argparse.Namespace`` fairseq-train saves), so stock fairseq on torch >= 2.6 loads
+it with torch's safe default (``weights_only=True``), no environment variable needed.
+Decoded without ``--user-dir``, fairseq-fixed 0.12.3.1 (fairseq main) drops the test set's
+last batch when its size is not a multiple of ``--required-batch-size-multiple`` (8): up to
+7 sentences, never translated nor scored; decoded with
+``--user-dir fairseq_layernorm_plugins`` (the plugin's ``keep_last_batch``, for every arch)
+it translates every sentence, as fairseq 0.12.2 does without the plugin.
+
 Sub-layer i computes LN(x_{i-1} * omega_i + f_i(x_{i-1})). Write x'_{i-1} = x_{i-1} * omega_i:
 
 * i >= 2, x_{i-1} is the output of the previous LayerNorm: its gamma and beta are
@@ -26,6 +35,7 @@ import copy
 import torch
 from fairseq.modules.sinusoidal_positional_embedding import SinusoidalPositionalEmbedding
 
+from fairseq_layernorm_plugins._compat import load_checkpoint
 from fairseq_layernorm_plugins.atomic import atomic_path
 
 DROPPED_ARGS = ("admin_init", "admin_profile_batches", "admin_profile_mask_padding", "admin_profile_json")
@@ -99,7 +109,7 @@ def fold_admin_state_dict(state, args):
 def export_checkpoint(admin_path, out_path):
     """Write ``out_path``: a stock fairseq ``transformer`` checkpoint (model only, no
     optimizer state) equivalent to the Admin checkpoint at ``admin_path``."""
-    ckpt = torch.load(admin_path, map_location="cpu", weights_only=False)
+    ckpt = load_checkpoint(admin_path)  # weights_only=True, fairseq's own types allowed
     model_args = ckpt["cfg"]["model"]
     if not any(k.endswith(".omega") for k in ckpt["model"]):
         raise ValueError(f"{admin_path}: not an Admin checkpoint (no omega parameters)")
@@ -107,7 +117,7 @@ def export_checkpoint(admin_path, out_path):
         raise ValueError(f"{admin_path}: Admin is Post-LN; this checkpoint is not")
     state, args = fold_admin_state_dict(ckpt["model"], model_args)
     cfg = copy.deepcopy({k: v for k, v in ckpt["cfg"].items() if k != "model"})
-    cfg["model"] = args
+    cfg["model"] = vars(args)  # a dict: loadable with weights_only=True, without the plugin
     cfg["common"]["user_dir"] = None  # stock fairseq must not try to import the plugin
     out = {
         "args": None,
@@ -132,7 +142,10 @@ def main(argv=None):
         export_checkpoint(args.admin_checkpoint, args.output)
     except (ValueError, FileNotFoundError) as err:
         parser.exit(2, f"error: {err}\n")
-    print(f"wrote {args.output}: a fairseq 'transformer' checkpoint (decode without --user-dir)")
+    print(
+        f"wrote {args.output}: a fairseq 'transformer' checkpoint (stock fairseq loads it; "
+        "decode with --user-dir fairseq_layernorm_plugins to keep fairseq-fixed's dropped last batch)"
+    )
 
 
 if __name__ == "__main__":

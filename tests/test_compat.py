@@ -48,18 +48,33 @@ def test_import_fails_in_one_line_without_fairseq(tmp_path):
     assert "fairseq is not installed" in last and "scripts/setup_env.sh" in last
 
 
-def test_checkpoint_loading_is_enabled_on_import():
+IMPORT_THEN_LOAD = """
+import argparse, os, pickle, sys
+import torch
+
+torch.save({"args": argparse.Namespace(arch="transformer")}, sys.argv[1])  # as fairseq checkpoints
+before = torch.serialization.get_safe_globals()
+import fairseq_layernorm_plugins  # noqa: F401
+
+print(os.environ.get("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"))
+print(torch.serialization.get_safe_globals() == before)
+try:
+    torch.load(sys.argv[1])
+    print("loaded")
+except pickle.UnpicklingError:
+    print("refused")
+"""
+
+
+def test_importing_the_plugin_leaves_torch_load_as_it_is(tmp_path):
+    """Importing the plugin neither sets ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` (which would
+    let every ``torch.load`` of the process run pickled code) nor allows any type for the
+    process's own loads: a Namespace is refused by torch's default, as without the plugin.
+    fairseq's own checkpoint reads allow what fairseq stores (tests/test_safe_loading.py)."""
     env = {k: v for k, v in os.environ.items() if k != "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"}
-    code = "import os, fairseq_layernorm_plugins; print(os.environ['TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD'])"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
-    assert out.stdout.strip() == "1"
-
-
-def test_users_own_setting_wins():
-    env = {**os.environ, "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "0"}
-    code = "import os, fairseq_layernorm_plugins; print(os.environ['TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD'])"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
-    assert out.stdout.strip() == "0"
+    code = [sys.executable, "-c", IMPORT_THEN_LOAD, str(tmp_path / "namespace.pt")]
+    out = subprocess.run(code, capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.split() == ["None", "True", "refused"], out.stderr[-2000:]
 
 
 @pytest.mark.parametrize("n, multiple", [(100, 8), (7, 8), (43, 8), (64, 8), (10, 1)])
@@ -70,7 +85,7 @@ def test_every_sentence_is_batched(n, multiple):
 
     from fairseq_layernorm_plugins import _compat
 
-    _compat.apply("keep_last_batch")  # what building a plugin model does
+    _compat.apply("keep_last_batch")  # what importing the plugin does
 
     for tokens in (10, 200):  # one batch, or several cut by --max-tokens
         batches = data_utils.batch_by_size(
@@ -130,10 +145,11 @@ def test_bf16_trains_on_the_gpu_or_cpu_not_a_tpu(cuda, flags, tpu, cpu, tiny_dat
     assert seen == [(tpu, tpu, cpu, "--bf16" in flags)]
 
 
-def translated_lines(data_bin, arch, tmp_path, user_dir=True, env=None):
-    """Train ``arch`` for one update, then count fairseq-generate's hypotheses for the 40 test
-    sentences in batches of 6 (fairseq main would drop the last 4)."""
-    save = tmp_path / arch
+def translated_lines(data_bin, arch, tmp_path, env=None, name=None):
+    """Train ``arch`` for one update, then count the hypotheses of ``fairseq-generate --user-dir
+    fairseq_layernorm_plugins`` for the 40 test sentences in batches of 6 (fairseq main drops
+    the last 4). The run is saved in ``tmp_path / name`` (default: the arch)."""
+    save = tmp_path / (name or arch)
     plugin = ["--user-dir", str(PLUGIN_DIR)]
     run_cli(
         "fairseq-train",
@@ -160,7 +176,7 @@ def translated_lines(data_bin, arch, tmp_path, user_dir=True, env=None):
     out = run_cli(
         "fairseq-generate",
         data_bin,
-        *(plugin if user_dir else []),
+        *plugin,
         "--path",
         save / "checkpoint_last.pt",
         "--gen-subset",
@@ -178,16 +194,30 @@ def translated_lines(data_bin, arch, tmp_path, user_dir=True, env=None):
     return sum(line.startswith("H-") for line in out.splitlines())
 
 
-def test_stock_transformer_batches_as_stock_fairseq_with_the_plugin_loaded(tiny_data_bin, tmp_path):
-    stock = translated_lines(tiny_data_bin, "transformer", tmp_path, user_dir=False)
-    assert translated_lines(tiny_data_bin, "transformer", tmp_path) == stock  # --user-dir changes nothing for it
-    assert (
-        translated_lines(tiny_data_bin, "transformer_postln", tmp_path) == 40
-    )  # the plugin's archs keep every sentence
-    if stock == 40:
-        pytest.skip("this fairseq keeps the last batch itself")
+def test_fairseqs_own_transformer_translates_every_sentence_under_the_plugin(tiny_data_bin, tmp_path):
+    """``--user-dir fairseq_layernorm_plugins`` keeps the last batch for every model, stock
+    ``--arch transformer`` (what an Admin checkpoint exported to Post-LN decodes as) too."""
+    assert translated_lines(tiny_data_bin, "transformer", tmp_path) == 40  # a plugin arch's: tests/test_safe_loading.py
     off = {**os.environ, "FAIRSEQ_LAYERNORM_PLUGINS_NO_PATCH": "keep_last_batch"}
-    assert translated_lines(tiny_data_bin, "transformer_postln", tmp_path, env=off) == stock  # the switch turns it off
+    dropped = translated_lines(tiny_data_bin, "transformer", tmp_path, env=off, name="off")
+    if dropped == 40:
+        pytest.skip("this fairseq keeps the last batch itself")
+    assert dropped == 36  # fairseq main's own batching, which the switch gives back
+
+
+def test_importing_the_plugin_keeps_the_last_batch_before_any_model_is_built():
+    """``--user-dir`` imports the plugin before fairseq reads any data: from then on every
+    split keeps its last batch, whatever the model (``transformer_lm``, ``s2t_transformer``,
+    ...): 43 sentences in batches of a multiple of 8."""
+    code = (
+        "import numpy as np, fairseq_layernorm_plugins\n"
+        "from fairseq.data import data_utils\n"
+        "batches = data_utils.batch_by_size(np.arange(43), lambda i: 1, max_sentences=16, "
+        "required_batch_size_multiple=8)\n"
+        "print(sum(len(b) for b in batches))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["43"], out.stderr[-2000:]
 
 
 def test_unknown_patch_name_is_refused(monkeypatch):
