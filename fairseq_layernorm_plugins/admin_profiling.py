@@ -289,7 +289,7 @@ def maybe_profile(cfg, task, model):
         return
     path = checkpoint_to_load(cfg.checkpoint)
     if path is not None:
-        state = torch.load(path, map_location="cpu", weights_only=False, mmap=True)["model"]
+        state = _compat.load_checkpoint(path, mmap=True)["model"]
         if omega_keys(state):
             logger.info(f"Admin: omega comes from {path}, the checkpoint to be loaded; not profiling")
             return

@@ -33,6 +33,7 @@ from pathlib import Path
 
 import torch
 
+from fairseq_layernorm_plugins._compat import load_checkpoint
 from fairseq_layernorm_plugins.atomic import atomic_directory, atomic_path, write_json
 from fairseq_layernorm_plugins.recipes.checkpoints import numbered_checkpoints
 
@@ -66,7 +67,7 @@ def _copy_checkpoint(source, copy):
         except OSError as err:
             raise ValueError(f"{copy}: cannot write ({err.strerror})") from None
         try:
-            state = torch.load(copy, map_location="cpu", weights_only=False)
+            state = load_checkpoint(copy)
             if _stamp(source) == before:
                 return state
         except UNREADABLE:
@@ -145,7 +146,7 @@ def restore_run(saved, root):
     record = _saved_record(saved)
     run_dir = Path(root) / record["path"]
     last = run_dir / "checkpoints" / LAST
-    if last.is_file() and updates_of(torch.load(last, map_location="cpu", weights_only=False)) >= record["update"]:
+    if last.is_file() and updates_of(load_checkpoint(last)) >= record["update"]:
         return None
     with atomic_directory(run_dir) as tmp:
         (tmp / "checkpoints").mkdir()
