@@ -27,6 +27,8 @@ def scripted_pair(data_bin, arch, flags):
         for name, p in model.named_parameters():
             if name.endswith("omega"):
                 p.uniform_(0.5, 2.0)
+            if name.endswith("dlcl.weights"):  # DLCL's W away from the average: a wrong row would show
+                p.add_(0.3 * torch.randn(p.shape, generator=torch.Generator().manual_seed(2)).tril())
     model.eval()
     return model, torch.jit.script(model), task
 
@@ -45,6 +47,14 @@ def test_scripted_model_equals_eager(tiny_data_bin, family, flags):
         torch.testing.assert_close(model(**net_input)[0], expected)  # the eager model still runs as before
 
 
+def test_every_method_but_residual_scripts():
+    """ResiDual's dual stream passes between layers outside fairseq's layer interface; every
+    other method scripts, DLCL (both variants) included: its stacks run the layers from the
+    history in their own loop."""
+    assert {"transformer_dlcl", "transformer_dlcl_postnorm"} <= set(SCRIPTABLE)
+    assert set(ARCH_FAMILIES) - set(SCRIPTABLE) == {"transformer_residual"}
+
+
 def test_every_registered_arch_scripts_or_says_why_not(tiny_data_bin):
     for arch, family in sorted(plugin_archs().items()):
         model, _, _ = build(tiny_data_bin, arch, *TINY_MODEL)
@@ -56,9 +66,12 @@ def test_every_registered_arch_scripts_or_says_why_not(tiny_data_bin):
             assert "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize("family, flags", [("transformer_admin", ()), ("transformer_b2t", ())])
+@pytest.mark.parametrize(
+    "family, flags", [("transformer_admin", ()), ("transformer_b2t", ()), ("transformer_dlcl_postnorm", ())]
+)
 def test_scripted_beam_search_translates_as_eager(tiny_data_bin, family, flags):
-    """Incremental decoding through fairseq's scripted SequenceGenerator (beam 3)."""
+    """Incremental decoding through fairseq's scripted SequenceGenerator (beam 3); DLCL's
+    decoder runs its own layer loop, its history anew at every step."""
     model, _, task = scripted_pair(tiny_data_bin, family, flags)
     sample = {"net_input": batch(task, n=4)["net_input"]}  # the type the scripted generator takes
     generator = SequenceGenerator([model], task.target_dictionary, beam_size=3, max_len_b=20)

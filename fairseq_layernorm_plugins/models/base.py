@@ -175,6 +175,9 @@ class PluginTransformerModel(PluginModelMixin, TransformerModel):
     encoder and decoder layers are :attr:`encoder_layer_cls` and :attr:`decoder_layer_cls`."""
 
     encoder_layer_cls = PluginEncoderLayer
+    # the stacks; a method whose stacks run their layers their own way (DLCL) names its subclasses
+    encoder_cls = PluginTransformerEncoder
+    decoder_cls = PluginTransformerDecoder
     families = ARCH_FAMILIES
     base_size = staticmethod(fairseq_archs.base_architecture)
 
@@ -193,12 +196,12 @@ class PluginTransformerModel(PluginModelMixin, TransformerModel):
     @classmethod
     def build_encoder(cls, args, src_dict, embed_tokens):
         cfg = TransformerConfig.from_namespace(args)
-        return PluginTransformerEncoder(cfg, src_dict, embed_tokens, layer_cls=cls.encoder_layer_cls)
+        return cls.encoder_cls(cfg, src_dict, embed_tokens, layer_cls=cls.encoder_layer_cls)
 
     @classmethod
     def build_decoder(cls, args, tgt_dict, embed_tokens):
         cfg = TransformerConfig.from_namespace(args)
-        return PluginTransformerDecoder(
+        return cls.decoder_cls(
             cfg, tgt_dict, embed_tokens, no_encoder_attn=cfg.no_cross_attention, layer_cls=cls.decoder_layer_cls
         )
 

@@ -54,6 +54,7 @@ class PluginTransformerLanguageModel(PluginModelMixin, TransformerLanguageModel)
 
     families = LM_FAMILIES
     base_size = staticmethod(transformer_lm.base_lm_architecture)
+    decoder_cls = PluginLanguageModelDecoder  # the stack; DLCL names its own subclass
 
     @classmethod
     def add_args(cls, parser):
@@ -64,7 +65,7 @@ class PluginTransformerLanguageModel(PluginModelMixin, TransformerLanguageModel)
     @classmethod
     def build_model(cls, args, task):
         args = cls.plugin_args(args)
-        with decoder_class(functools.partial(PluginLanguageModelDecoder, layer_cls=cls.decoder_layer_cls)):
+        with decoder_class(functools.partial(cls.decoder_cls, layer_cls=cls.decoder_layer_cls)):
             model = super().build_model(args, task)
         model.args = args  # as fairseq's TransformerModel keeps them
         return model

@@ -18,7 +18,8 @@ class ArchFamily:
     is where its LayerNorms sit, stated once: False for the Post-LN family (``--encoder/decoder-
     normalize-before`` then refused), True for the Pre-LN family (with its final LayerNorms at
     every size unless ``--no-decoder-final-norm``, fairseq's own flag: its ``_wiki103`` LM size
-    drops the decoder's, and so did the B2T authors' Pre-LN LM), None to leave fairseq's default."""
+    drops the decoder's, and so did the B2T authors' Pre-LN LM), None to leave fairseq's default.
+    The placement is the method's whatever ``args`` already hold (:func:`placement`)."""
 
     defaults: Callable
     normalize_before: bool | None = None
@@ -27,7 +28,7 @@ class ArchFamily:
         """The method's settings, in place (what its architectures set beyond fairseq's)."""
         if self.normalize_before is not None:
             for name in NORM_PLACEMENT:
-                setattr(args, name, getattr(args, name, self.normalize_before))
+                setattr(args, name, placement(self, getattr(args, name, None)))
         if self.normalize_before:  # fairseq's _wiki103 LM size drops the final norm; the family keeps it
             args.no_decoder_final_norm = getattr(args, "no_decoder_final_norm", False)  # unless asked
         self.defaults(args)
@@ -45,7 +46,7 @@ class ArchFamily:
 def plugin_architecture(args, family, size_defaults):
     """What every plugin architecture sets, in place: the method's own defaults, then the
     plugin's options, then fairseq's defaults for the size; the LayerNorm placement is the
-    family's (or the user's) even where fairseq's size function forces its own (every
+    family's (:func:`placement`) even where fairseq's size function forces its own (every
     ``transformer_lm_*`` sets ``decoder_normalize_before = True``)."""
     given = {name: getattr(args, name) for name in NORM_PLACEMENT if hasattr(args, name)}
     family(args)  # first: a method may set its authors' own init_style
@@ -55,7 +56,20 @@ def plugin_architecture(args, family, size_defaults):
     size_defaults(args)
     if family.normalize_before is not None:
         for name in NORM_PLACEMENT:
-            setattr(args, name, given.get(name, family.normalize_before))
+            setattr(args, name, placement(family, given.get(name)))
+
+
+def placement(family, given):
+    """``encoder/decoder_normalize_before`` of a method whose family states it, given what
+    ``args`` held (None: nothing). A Pre-LN method is Pre-LN whatever they held: no flag sets
+    False (``--encoder-normalize-before`` only turns it on), so a False there is another
+    architecture's default (fairseq's ``transformer``: args parsed for it, then the arch
+    swapped), never the user's. A Post-LN method keeps a
+    True it is given, which ``PluginModelMixin.plugin_args`` then refuses, naming the option
+    and the arch (``ArchFamily.forbidden_flags``), rather than build Pre-LN under its name."""
+    if family.normalize_before:
+        return True
+    return bool(given)
 
 
 def registered_name(model_cls, families):

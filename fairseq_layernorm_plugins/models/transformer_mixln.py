@@ -7,8 +7,17 @@ Pre-LN and Post-LN"): the first k layers of a stack Post-LN, the layers above Pr
 with Pre-LN's final LayerNorm on top of the stack and nothing between the two parts (the
 authors' code, pixeli99/MixLN). ``--mixln-post-layers k``: default floor(0.25 L) per stack of
 L layers, the authors' ratio (3 of 12 layers, 6 of 24); 0 is Pre-LN, L Post-LN with a final norm.
+
+The rule is the paper's ratio alpha = 0.25 of the layers Post-LN (Li et al. 2024), rounded
+down; the authors' code takes the count itself, an integer (``POST_NUM`` in their scripts: 3
+for their 12-layer models, 6 for their 24-layer ones, both exact quarters), so it never rounds a
+fraction, and floor is this package's reading. Below 4 layers it gives 0 Post-LN layers: at 2
+layers per stack (the Multi30k recipes' depth) Mix-LN *is* Pre-LN, the same modules and the same
+logits for the same weights, and a model built so logs a warning naming the stack, its depth
+and the rule (``--mixln-post-layers 1`` asks for one Post-LN layer there).
 """
 
+import logging
 import math
 
 from fairseq.models import register_model
@@ -20,6 +29,8 @@ from fairseq_layernorm_plugins.modules import PluginDecoderLayer, PluginEncoderL
 
 MIXLN_POST_RATIO = 0.25  # Li et al. 2024: alpha = 0.25 (the authors' scripts: 3 of 12, 6 of 24 layers)
 
+logger = logging.getLogger(__name__)
+
 
 def mixln_post_layers(num_layers, given=None):
     """The Post-LN layers at the bottom of a stack of ``num_layers``: ``given``, else floor(0.25 L)."""
@@ -29,13 +40,30 @@ def mixln_post_layers(num_layers, given=None):
     return k
 
 
+def mixln_all_pre_ln_warning(kind, num_layers, given=None):
+    """The warning for a stack of ``num_layers`` with no Post-LN layer: exactly Pre-LN."""
+    why = (
+        "--mixln-post-layers 0"
+        if given is not None
+        else f"floor({MIXLN_POST_RATIO} x {num_layers}) = 0 by Mix-LN's rule (the first floor(0.25 L) layers "
+        "Post-LN, Li et al. 2024)"
+    )
+    return (
+        f"Mix-LN {kind} of {num_layers} layers has no Post-LN layer ({why}): every layer is Pre-LN, so this "
+        "stack is exactly Pre-LN (same modules, same outputs for the same weights)"
+    )
+
+
 class MixLNLayerMixin:
     """Each layer's placement is set per stack, once its index is known (``init_stack_``)."""
 
     @classmethod
     def init_stack_(cls, stack_module, cfg, stack):
         super().init_stack_(stack_module, cfg, stack)
-        k = mixln_post_layers(stack.num_layers, getattr(cfg, "mixln_post_layers", None))
+        given = getattr(cfg, "mixln_post_layers", None)
+        k = mixln_post_layers(stack.num_layers, given)
+        if k == 0:
+            logger.warning(mixln_all_pre_ln_warning(stack.kind, stack.num_layers, given))
         for index, layer in enumerate(stack_layers(stack_module)):
             layer.normalize_before = index >= k  # Li et al. 2024: Post-LN below layer k, Pre-LN above
 

@@ -11,7 +11,8 @@ dropout (the authors' code, microsoft/ResiDual ``resi_dual_layers.py`` / ``resi_
 ``res_input_norm_scale`` s = 1.0 by default, 0.05 in their 18L-18L fp16 config, ``alpha`` 1.0,
 the output LayerNorm with eps 1e-7; no new parameters, fairseq 0.12's initialisation: the
 default ``--init-style fairseq``).
-``--residual-dual-scale`` and ``--residual-alpha`` set s and alpha.
+``--residual-dual-scale`` and ``--residual-alpha`` set s and alpha (0 included; unset, 1.0).
+The output LayerNorm follows ``--norm-type`` as the layers' do (RMSNorm, eps 1e-7).
 
 The dual stream lives for one forward pass in a :class:`DualStream` the stack's layers and
 its output share (fairseq's layer interface passes one tensor between layers), so these
@@ -32,6 +33,7 @@ from fairseq_layernorm_plugins.modules import (
     SublayerResidualMixin,
     stack_layers,
 )
+from fairseq_layernorm_plugins.modules.norms import norm_type_
 
 
 class DualStream:
@@ -55,9 +57,10 @@ class DualOutput(nn.Module):
 
     Input x_L (T, B, C); output (T, B, C)."""
 
-    def __init__(self, embed_dim, stream, alpha):
+    def __init__(self, embed_dim, stream, alpha, cfg=None):
         super().__init__()
         self.norm = LayerNorm(embed_dim, eps=1e-7)  # microsoft/ResiDual: the output LayerNorm's eps
+        norm_type_(self, cfg, ("norm",))  # --norm-type: the stack swapped its own norms before this one existed
         self.stream = stream
         self.alpha = alpha
 
@@ -66,6 +69,13 @@ class DualOutput(nn.Module):
         if dual is None:  # LayerDrop dropped every layer: x is x_0, and d = s * x_0
             dual = x * self.stream.scale
         return self.alpha * x + self.norm(dual)  # Xie et al. 2023: x_L + LN(x_d)
+
+
+def residual_constant(cfg, name):
+    """``--residual-dual-scale`` / ``--residual-alpha`` as given, 0 included; unset (None, as the
+    archs leave it and checkpoints keep it), the authors' 1.0."""
+    value = getattr(cfg, name, None)
+    return 1.0 if value is None else float(value)
 
 
 class ResiDualLayerMixin(SublayerResidualMixin):
@@ -78,12 +88,12 @@ class ResiDualLayerMixin(SublayerResidualMixin):
     @classmethod
     def init_stack_(cls, stack_module, cfg, stack):
         super().init_stack_(stack_module, cfg, stack)
-        stream = DualStream(getattr(cfg, "residual_dual_scale", None) or 1.0)
+        stream = DualStream(residual_constant(cfg, "residual_dual_scale"))
         stack_module.register_forward_pre_hook(stream.restart)
         for layer in stack_layers(stack_module):
             layer.stream = stream
-        alpha = getattr(cfg, "residual_alpha", None) or 1.0
-        stack_module.layer_norm = DualOutput(stack.embed_dim, stream, alpha)
+        alpha = residual_constant(cfg, "residual_alpha")
+        stack_module.layer_norm = DualOutput(stack.embed_dim, stream, alpha, cfg)
 
     def combine(self, x: Tensor, residual: Tensor, sublayer: int) -> Tensor:
         """x: the branch output f_i (T, B, C), residual: x_{i-1} (T, B, C)."""
