@@ -40,17 +40,22 @@ def write_json(path, data, indent=1):
 
 
 @contextlib.contextmanager
-def atomic_directory(destination):
+def atomic_directory(destination, check=None):
     """Yield a temporary directory beside ``destination``; rename it into place (replacing
     any old ``destination``) only if the block completes, so a failure never leaves a
     half-written ``destination``. The old one is renamed aside first and removed after, so
-    that it is never seen half-removed either."""
+    that it is never seen half-removed either. ``check(destination)``, if given, runs just
+    before the old one is set aside: when it raises, nothing is replaced (the new one is
+    removed, the old one stays as it was), e.g. because the old one holds files its writer
+    must not delete."""
     destination = Path(destination)
     destination.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{destination.name}.tmp-", dir=destination.parent))
     old = tmp.with_name(tmp.name.replace(".tmp-", ".old-", 1))
     try:
         yield tmp
+        if check is not None:
+            check(destination)
         if destination.exists():
             os.replace(destination, old)
         os.replace(tmp, destination)

@@ -57,3 +57,21 @@ def test_write_json_and_text_replace_whole_files(tmp_path):
     assert write_json(out, {"bleu": 26.59, "runs": [1, 2]}) == out
     assert json.loads(out.read_text()) == {"bleu": 26.59, "runs": [1, 2]}
     assert write_text(tmp_path / "a" / "b.txt", "Grüße\n").read_text(encoding="utf-8") == "Grüße\n"
+
+
+def test_atomic_directory_replaces_nothing_when_its_check_refuses(tmp_path):
+    """``check`` runs when the new directory is complete, before the old one is set aside: a
+    refusal (the old one holds a file its writer must not delete) leaves the old one as it was."""
+    out = tmp_path / "prepared"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine\n")
+
+    def refuse(destination):
+        assert destination == out and (destination / "notes.txt").is_file()
+        raise ValueError(f"{destination}: holds notes.txt")
+
+    with pytest.raises(ValueError, match="holds notes.txt"):
+        with atomic_directory(out, check=refuse) as tmp:
+            (tmp / "new").write_text("new\n")
+    assert [p.name for p in out.iterdir()] == ["notes.txt"]
+    assert [p.name for p in tmp_path.iterdir()] == ["prepared"]  # the new one is removed

@@ -10,7 +10,7 @@ import tarfile
 import time
 
 import pytest
-from conftest import PLUGIN_DIR, TINY_MODEL, json_records, run_cli, shared_data
+from conftest import PLUGIN_DIR, REPO, TINY_MODEL, json_records, run_cli, shared_data
 from helpers.corpora import build_iwslt14_archive, xml_to_train_tags
 
 from fairseq_layernorm_plugins.prepare import iwslt14, wmt14, wmt14_mini
@@ -198,7 +198,7 @@ def test_bad_raw_input_is_one_line_error_and_no_output(damage, iwslt_archive, tm
     assert len(err) >= 1 and err[-1].startswith("error: ")
     assert re.search(expected, err[-1]), err[-1]
     assert not out.exists()
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out")]  # no temp dirs left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["raw"]  # no temp dirs, no out.work (empty), no out.lock
 
 
 def test_bad_archives(iwslt_archive, tmp_path):
@@ -342,11 +342,11 @@ def test_wmt14_as_admin_defaults(monkeypatch, tmp_path):
     wmt14.main(["--as", "admin"])
     wmt14.main([])
     admin, default = calls
-    assert (admin["setup"], admin["out_dir"], admin["extra_tests"]) == ("admin", "data/wmt14.en-de.admin", [])
+    assert (admin["setup"], admin["out_dir"], admin["extra_tests"]) == ("admin", REPO / "data/wmt14.en-de.admin", [])
     assert wmt14.SETUPS[admin["setup"]].merges == 32764 and admin["merges"] is None  # prepare() takes the setup's
     assert (default["setup"], default["out_dir"], default["extra_tests"]) == (
         "fairseq",
-        "data/wmt14.en-de",
+        REPO / "data/wmt14.en-de",
         list(wmt14.EXTRA_TESTS),
     )
     assert wmt14.SETUPS["fairseq"].merges == 32000

@@ -1,21 +1,21 @@
 """The last steps shared by every recipe: optional subsampling of the training pairs,
-then the output directory, written atomically:
+then the output directory, written atomically (and only over a folder a preparation wrote
+itself: see ``output.py``):
 
     OUT/{train,valid,test}.{src,tgt}   segmented text (what fairseq-preprocess read)
     OUT/test1.{src,tgt}, ...           further test sets, if any (fairseq's test1, test2, ...)
     OUT/test.tok.{src,tgt}             references before segmentation (tokenised BLEU)
     OUT/test.raw.{src,tgt}             untokenised references (SacreBLEU), likewise valid
     OUT/bin/                           the fairseq data-bin
-    OUT/stamp.json                     sizes, options and the key of the inputs
+    OUT/stamp.json                     sizes, options, the key of the inputs, the files written
 """
 
-import json
 import logging
 import random
 import shutil
 from pathlib import Path
 
-from fairseq_layernorm_plugins.atomic import atomic_directory
+from fairseq_layernorm_plugins.prepare.output import output_directory, read_stamp, write_stamp
 from fairseq_layernorm_plugins.prepare.textio import fairseq_preprocess, write_lines
 
 logger = logging.getLogger(__name__)
@@ -43,8 +43,7 @@ def test_splits(splits):
 
 def current_stamp(out_dir, key):
     """The stamp of ``out_dir`` if it was written from ``key`` (up to date), else None."""
-    stamp = Path(out_dir) / "stamp.json"
-    content = json.loads(stamp.read_text()) if stamp.is_file() else {}
+    content = read_stamp(out_dir) or {}
     return content if content.get("key") == key else None
 
 
@@ -68,7 +67,7 @@ def write_dataset(
         "sizes": {split: len(pairs) for split, pairs in splits.items()},
         **(summary or {}),
     }
-    with atomic_directory(out_dir) as tmp:
+    with output_directory(out_dir) as tmp:
         for name, pairs in {**splits, **references}.items():
             write_lines(tmp / f"{name}.{src}", [s for s, _ in pairs])
             write_lines(tmp / f"{name}.{tgt}", [t for _, t in pairs])
@@ -85,5 +84,5 @@ def write_dataset(
             joined,
             workers,
         )
-        (tmp / "stamp.json").write_text(json.dumps(content, indent=1))
+        write_stamp(tmp, content)
     return content

@@ -16,12 +16,18 @@ Expected sizes: train 160239, valid 7283, test 6750. The output keeps ``test.tok
 untokenised xml segments) beside the data-bin. See ``dataset.py`` for the layout.
 """
 
-import argparse
 import functools
 import logging
 from pathlib import Path
 
-from fairseq_layernorm_plugins.prepare.cli import add_common_args, run_cli
+from fairseq_layernorm_plugins.prepare.cli import (
+    DOWNLOADS,
+    add_common_args,
+    argument_parser,
+    in_data,
+    positive,
+    run_cli,
+)
 from fairseq_layernorm_plugins.prepare.dataset import current_stamp, subsample, write_dataset
 from fairseq_layernorm_plugins.prepare.fetch import download, extract
 from fairseq_layernorm_plugins.prepare.moses import (
@@ -129,6 +135,8 @@ def locate_raw(steps, archive, raw_dir, download_dir):
     """The unpacked ``de-en/`` directory and what keys it (the archive's step or the files)."""
     if raw_dir is not None:
         raw_dir = Path(raw_dir)
+        if not raw_dir.is_dir():
+            raise DataError(f"--raw-dir {raw_dir}: no such folder")
         if (raw_dir / "de-en").is_dir():
             raw_dir = raw_dir / "de-en"
         missing = [name for name in raw_files() if not (raw_dir / name).is_file()]
@@ -147,7 +155,7 @@ def prepare(
     out_dir,
     archive=None,
     raw_dir=None,
-    download_dir="data/downloads",
+    download_dir=DOWNLOADS,
     src="de",
     tgt="en",
     merges=10000,
@@ -205,21 +213,27 @@ def prepare(
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argument_parser(__doc__)
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--archive", help="a local de-en.tgz (default: download it to --download-dir)")
     source.add_argument(
         "--raw-dir", help="an unpacked de-en.tgz (the folder with train.tags.de-en.* and the xml files)"
     )
     parser.add_argument(
-        "--download-dir", default="data/downloads", help="where the archive is downloaded (default: data/downloads)"
+        "--download-dir",
+        default=str(DOWNLOADS),
+        help="where the archive is downloaded (default: the repo's data/downloads)",
     )
-    parser.add_argument("--out", default="data/iwslt14.de-en", help="output directory (default: data/iwslt14.de-en)")
+    parser.add_argument(
+        "--out",
+        default=in_data("iwslt14.de-en"),
+        help="output directory (default: the repo's data/iwslt14.de-en, where the iwslt14 recipes read it)",
+    )
     parser.add_argument("--src", default="de", choices=LANGS)
     parser.add_argument("--tgt", default="en", choices=LANGS)
-    parser.add_argument("--merges", type=int, default=10000, help="joint BPE merges (default: 10000, the recipe's)")
+    parser.add_argument(
+        "--merges", type=positive, default=10000, help="joint BPE merges (default: 10000, the recipe's)"
+    )
     parser.add_argument(
         "--joined-dictionary",
         action="store_true",

@@ -21,14 +21,15 @@ lowercased, for tokenised BLEU, the convention for IWSLT14) and ``test.raw.{de,e
 (the same lines untokenised, from ``orig_de-en``'s xml).
 """
 
-import argparse
 import hashlib
 import json
 from pathlib import Path
 
+from fairseq_layernorm_plugins.prepare.cli import argument_parser, in_data, positive, run_cli
 from fairseq_layernorm_plugins.prepare.dataset import evenly_spaced, subsample, write_dataset
 from fairseq_layernorm_plugins.prepare.iwslt14 import TEST_SETS
 from fairseq_layernorm_plugins.prepare.moses import xml_segments
+from fairseq_layernorm_plugins.prepare.steps import one_at_a_time
 from fairseq_layernorm_plugins.prepare.subwords import ApplyBPE, remove_bpe
 from fairseq_layernorm_plugins.prepare.textio import DataError, aligned, read_lines, read_parallel
 
@@ -46,6 +47,8 @@ def build_splits(iwslt_dir, src="de", tgt="en", valid_every=8, test_lines=None, 
     """Return {"train"|"valid"|"test"|"test.raw": [(src, tgt), ...]} from the shared
     IWSLT14 files ("test.raw": the untokenised xml segments of the same test lines)."""
     iwslt_dir = Path(iwslt_dir)
+    if not iwslt_dir.is_dir():
+        raise DataError(f"--iwslt-dir {iwslt_dir}: no such folder")
     read_lines(iwslt_dir / PREPARED / "code")  # a clear error if missing, empty or not UTF-8
     bpe = ApplyBPE(iwslt_dir / PREPARED / "code")
     samples = []
@@ -73,6 +76,7 @@ def build_splits(iwslt_dir, src="de", tgt="en", valid_every=8, test_lines=None, 
     return {"train": train, "valid": valid, "test": test, "test.raw": test_raw}
 
 
+@one_at_a_time
 def prepare(
     iwslt_dir,
     out_dir,
@@ -105,51 +109,49 @@ def prepare(
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argument_parser(__doc__)
     parser.add_argument(
         "--iwslt-dir",
         default=str(Path(__file__).resolve().parents[3] / "shared" / "data" / "iwslt14"),
         help="folder with fairseq_iwslt14.tokenized.de-en/ and train_samples/ (default: ../shared/data/iwslt14)",
     )
-    parser.add_argument("--out", default="data/iwslt14-mini", help="output directory (default: data/iwslt14-mini)")
+    parser.add_argument(
+        "--out",
+        default=in_data("iwslt14-mini"),
+        help="output directory (default: the repo's data/iwslt14-mini, where the iwslt14_mini recipes read it)",
+    )
     parser.add_argument("--src", default="de")
     parser.add_argument("--tgt", default="en")
-    parser.add_argument("--valid-every", type=int, default=8, help="hold out every N-th line of fairseq's valid split")
     parser.add_argument(
-        "--test-lines", type=int, default=None, help="use N evenly spaced test lines (default: all 6750)"
+        "--valid-every", type=positive, default=8, help="hold out every N-th line of fairseq's valid split"
+    )
+    parser.add_argument(
+        "--test-lines", type=positive, default=None, help="use N evenly spaced test lines (default: all 6750)"
     )
     parser.add_argument(
         "--train-pairs",
-        type=int,
+        type=positive,
         default=None,
         metavar="K",
         help="keep K training pairs, drawn deterministically by --seed",
     )
     parser.add_argument("--seed", type=int, default=1, help="seed of --train-pairs (default: 1)")
     parser.add_argument("--joined-dictionary", action="store_true", help="one dictionary for both languages")
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--workers", type=positive, default=2)
     parser.add_argument("--force", action="store_true", help="rebuild even if the stamp says it is up to date")
     args = parser.parse_args(argv)
-    try:
-        summary = prepare(
-            args.iwslt_dir,
-            args.out,
-            args.src,
-            args.tgt,
-            args.valid_every,
-            args.test_lines,
-            args.joined_dictionary,
-            args.workers,
-            args.force,
-            args.train_pairs,
-            args.seed,
-        )
-    except DataError as err:
-        parser.exit(2, f"error: {err}\n")
-    print(f"IWSLT14-mini in {args.out}: " + ", ".join(f"{k} {v}" for k, v in summary["sizes"].items()))
-    return summary
+    return run_cli(
+        parser,
+        prepare,
+        args,
+        iwslt_dir=args.iwslt_dir,
+        out_dir=args.out,
+        src=args.src,
+        tgt=args.tgt,
+        valid_every=args.valid_every,
+        test_lines=args.test_lines,
+        joined=args.joined_dictionary,
+    )
 
 
 if __name__ == "__main__":

@@ -17,13 +17,19 @@ The untokenised references (``test.raw.*``) are what detokenised, cased SacreBLE
 scores against.
 """
 
-import argparse
 import functools
 import gzip
 import zlib
 from pathlib import Path
 
-from fairseq_layernorm_plugins.prepare.cli import add_common_args, run_cli
+from fairseq_layernorm_plugins.prepare.cli import (
+    DOWNLOADS,
+    add_common_args,
+    argument_parser,
+    in_data,
+    positive,
+    run_cli,
+)
 from fairseq_layernorm_plugins.prepare.dataset import evenly_spaced
 from fairseq_layernorm_plugins.prepare.fetch import download, verify
 from fairseq_layernorm_plugins.prepare.steps import Steps, one_at_a_time
@@ -61,10 +67,12 @@ def default_raw_dir():
     return SHARED_RAW if SHARED_RAW.is_dir() else None
 
 
-def raw_files(names, raw_dir=None, download_dir="data/downloads", url=URL, retries=3, wait=5.0):
+def raw_files(names, raw_dir=None, download_dir=DOWNLOADS, url=URL, retries=3, wait=5.0):
     """{name: path} of the verified ``.gz`` files: from ``raw_dir``, or downloaded from
     ``url`` (``{name}`` in it) into ``download_dir/multi30k/`` (kept as a cache)."""
     files = {}
+    if raw_dir is not None and not Path(raw_dir).is_dir():
+        raise DataError(f"--raw-dir {raw_dir}: no such folder")
     for name in names:
         if raw_dir is not None:
             path = Path(raw_dir) / name
@@ -101,7 +109,7 @@ def gunzip(files, subsets, out):
 def prepare(
     out_dir,
     raw_dir=None,
-    download_dir="data/downloads",
+    download_dir=DOWNLOADS,
     src="de",
     tgt="en",
     test="test_2016_flickr",
@@ -140,28 +148,38 @@ def prepare(
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argument_parser(__doc__)
     parser.add_argument(
         "--raw-dir",
         default=default_raw_dir(),
         help="folder holding the raw .gz files (default: ../shared/data/multi30k/task1_raw if present, else download)",
     )
-    parser.add_argument("--download-dir", default="data/downloads", help="download cache (default: data/downloads)")
-    parser.add_argument("--out", default="data/multi30k.de-en", help="output directory (default: data/multi30k.de-en)")
+    parser.add_argument(
+        "--download-dir", default=str(DOWNLOADS), help="download cache (default: the repo's data/downloads)"
+    )
+    parser.add_argument(
+        "--out",
+        default=in_data("multi30k.de-en"),
+        help="output directory (default: the repo's data/multi30k.de-en, where the multi30k recipes read it)",
+    )
     parser.add_argument("--src", default="de", choices=("de", "en"))
     parser.add_argument("--tgt", default="en", choices=("de", "en"))
     parser.add_argument(
         "--test", default="test_2016_flickr", choices=TEST_SETS, help="test set (default: test_2016_flickr)"
     )
     parser.add_argument(
-        "--sentencepiece", type=int, default=8000, metavar="VOCAB", help="joint SentencePiece pieces (default: 8000)"
+        "--sentencepiece",
+        type=positive,
+        default=8000,
+        metavar="VOCAB",
+        help="joint SentencePiece pieces (default: 8000)",
     )
-    parser.add_argument("--test-lines", type=int, default=None, help="keep N evenly spaced test lines (default: all)")
+    parser.add_argument(
+        "--test-lines", type=positive, default=None, help="keep N evenly spaced test lines (default: all)"
+    )
     parser.add_argument(
         "--bpe",
-        type=int,
+        type=positive,
         default=None,
         metavar="MERGES",
         help="Moses + joint BPE with MERGES merges instead of SentencePiece",

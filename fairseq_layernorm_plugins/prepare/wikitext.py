@@ -47,9 +47,7 @@ Output (see ``dataset.py`` for the other corpora's):
 Licence: CC BY-SA 3.0 (text from Wikipedia), Salesforce Research.
 """
 
-import argparse
 import hashlib
-import json
 import logging
 import shutil
 import subprocess
@@ -59,10 +57,10 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from fairseq_layernorm_plugins.atomic import atomic_directory
-from fairseq_layernorm_plugins.prepare.cli import run_cli
+from fairseq_layernorm_plugins.prepare.cli import DOWNLOADS, argument_parser, in_data, positive, run_cli
 from fairseq_layernorm_plugins.prepare.dataset import current_stamp
 from fairseq_layernorm_plugins.prepare.fetch import download, verify
+from fairseq_layernorm_plugins.prepare.output import output_directory, write_stamp
 from fairseq_layernorm_plugins.prepare.steps import Steps, one_at_a_time
 from fairseq_layernorm_plugins.prepare.textio import DataError
 
@@ -151,6 +149,8 @@ def raw_files(corpus, raw_dir):
     or ``wikitext-103/`` folder: an unpacked archive)."""
     corpus = corpus_of(corpus)
     raw_dir = Path(raw_dir)
+    if not raw_dir.is_dir():
+        raise DataError(f"--raw-dir {raw_dir}: no such folder")
     if (raw_dir / corpus.folder).is_dir():
         raw_dir = raw_dir / corpus.folder
     files = {name: raw_dir / name for name in FILES}
@@ -162,7 +162,7 @@ def raw_files(corpus, raw_dir):
     return files
 
 
-def fetch_archive(corpus, archive=None, download_dir="data/downloads", url=None, retries=3, wait=5.0):
+def fetch_archive(corpus, archive=None, download_dir=DOWNLOADS, url=None, retries=3, wait=5.0):
     """The verified archive: ``archive`` (a local copy) or downloaded from ``url`` (default:
     Salesforce's) into ``download_dir/wikitext/``, where a second run finds it."""
     corpus = corpus_of(corpus)
@@ -242,14 +242,14 @@ def write_dataset(out_dir, key, files, train_lines=None, workers=2, summary=None
     """Write ``out_dir`` atomically from the token files ``files`` ({wiki.SPLIT.tokens: path});
     returns the stamp's content."""
     content = {"key": key, **(summary or {})}
-    with atomic_directory(out_dir) as tmp:
+    with output_directory(out_dir) as tmp:
         sizes, tokens = {}, {}
         for split, name in zip(SPLITS, FILES):
             limit = train_lines if split == "train" else None
             sizes[split], tokens[split] = copy_text(files[name], tmp / f"{split}.tokens", limit)
         binarise(tmp, tmp / "bin", workers)
         content.update(sizes=sizes, tokens=tokens, dictionary=dictionary_size(tmp / "bin"))
-        (tmp / "stamp.json").write_text(json.dumps(content, indent=1))
+        write_stamp(tmp, content)
     return content
 
 
@@ -259,7 +259,7 @@ def prepare(
     corpus="wikitext2",
     raw_dir=None,
     archive=None,
-    download_dir="data/downloads",
+    download_dir=DOWNLOADS,
     url=None,
     train_lines=None,
     workers=2,
@@ -301,9 +301,7 @@ def command(corpus, argv=None):
     """The command line of one corpus (``fairseq-ln-prepare wikitext103`` / ``wikitext2``)."""
     spec = corpus_of(corpus)
     shared = default_raw_dir(corpus)
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argument_parser(__doc__)
     source = parser.add_mutually_exclusive_group()
     source.add_argument(
         "--raw-dir",
@@ -313,16 +311,22 @@ def command(corpus, argv=None):
         + f"download {spec.archive})",
     )
     source.add_argument("--archive", help=f"a local {spec.archive} (default: download it to --download-dir/wikitext)")
-    parser.add_argument("--download-dir", default="data/downloads", help="download cache (default: data/downloads)")
-    parser.add_argument("--out", default=f"data/{spec.folder}", help=f"output directory (default: data/{spec.folder})")
+    parser.add_argument(
+        "--download-dir", default=str(DOWNLOADS), help="download cache (default: the repo's data/downloads)"
+    )
+    parser.add_argument(
+        "--out",
+        default=in_data(spec.folder),
+        help=f"output directory (default: the repo's data/{spec.folder}, where the {corpus} recipes read it)",
+    )
     parser.add_argument(
         "--train-lines",
-        type=int,
+        type=positive,
         default=None,
         metavar="N",
         help="keep the first N training lines, in corpus order (default: all)",
     )
-    parser.add_argument("--workers", type=int, default=2, help="processes for binarisation (default: 2)")
+    parser.add_argument("--workers", type=positive, default=2, help="processes for binarisation (default: 2)")
     parser.add_argument("--force", action="store_true", help="redo every step even if its stamp is up to date")
     parser.add_argument("--keep-work", action="store_true", help="keep OUT.work/ (intermediate steps) after success")
     args = parser.parse_args(argv)
@@ -350,6 +354,10 @@ def script(argv=None):
                 f"usage: {Path(sys.argv[0]).name} {{{','.join(CORPORA)}}} [options]\n\n{__doc__.split(chr(10) * 2)[0]}"
             )
             sys.exit(0)
-        sys.exit(f"error: name a corpus first ({', '.join(CORPORA)})" + (f", not {argv[0]!r}" if argv else ""))
+        print(
+            f"error: name a corpus first ({', '.join(CORPORA)})" + (f", not {argv[0]!r}" if argv else ""),
+            file=sys.stderr,
+        )
+        sys.exit(2)
     sys.argv[0] = f"{Path(sys.argv[0]).name} {argv[0]}"
     return command(argv[0], argv[1:])

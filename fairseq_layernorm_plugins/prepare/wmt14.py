@@ -33,7 +33,6 @@ split. They come from ``--extra-test-dir`` folders (``NAME.LANG``, plain text or
 from the statmt.org archives SacreBLEU scores them from.
 """
 
-import argparse
 import functools
 import logging
 import re
@@ -42,7 +41,14 @@ from pathlib import Path
 
 import sacrebleu
 
-from fairseq_layernorm_plugins.prepare.cli import add_common_args, run_cli
+from fairseq_layernorm_plugins.prepare.cli import (
+    DOWNLOADS,
+    add_common_args,
+    argument_parser,
+    in_data,
+    positive,
+    run_cli,
+)
 from fairseq_layernorm_plugins.prepare.dataset import current_stamp, subsample, write_dataset
 from fairseq_layernorm_plugins.prepare.fetch import download, extract
 from fairseq_layernorm_plugins.prepare.moses import (
@@ -118,9 +124,9 @@ EXTRA_TESTS = tuple(name for name in B2T_TEST_SETS if name != TEST_NAME)
 
 SETUPS = {
     # fairseq's prepare-wmt14en2de.sh (its 40000 merges as 32000), the B2T paper's test sets
-    "fairseq": Setup("fairseq", ARCHIVES, DEV, 32000, (1, 250, 1.5), False, False, "data/wmt14.en-de", EXTRA_TESTS),
+    "fairseq": Setup("fairseq", ARCHIVES, DEV, 32000, (1, 250, 1.5), False, False, in_data("wmt14.en-de"), EXTRA_TESTS),
     # Transformer-Clinic pre-process/wmt14en-de.sh: BPE_TOKENS=32764, clean-corpus-n 1 80 before BPE
-    "admin": Setup("admin", ADMIN_ARCHIVES, ADMIN_DEV, 32764, (1, 80, 9), True, True, "data/wmt14.en-de.admin", ()),
+    "admin": Setup("admin", ADMIN_ARCHIVES, ADMIN_DEV, 32764, (1, 80, 9), True, True, in_data("wmt14.en-de.admin"), ()),
 }
 
 
@@ -186,7 +192,7 @@ def archive_unpacker(steps, archive_dir, download_dir, done):
     return unpack
 
 
-def standard_sources(steps, src, tgt, archive_dir=None, download_dir="data/downloads", setup=None):
+def standard_sources(steps, src, tgt, archive_dir=None, download_dir=DOWNLOADS, setup=None):
     """Unpack the five statmt.org archives of ``setup`` (default: fairseq's) from
     ``archive_dir`` (each must be there) or, without it, downloaded into ``download_dir``;
     return their Sources and the steps that key them."""
@@ -207,7 +213,7 @@ def standard_sources(steps, src, tgt, archive_dir=None, download_dir="data/downl
     return sources, done
 
 
-def extra_test_sources(names, src, tgt, dirs=(), steps=None, archive_dir=None, download_dir="data/downloads"):
+def extra_test_sources(names, src, tgt, dirs=(), steps=None, archive_dir=None, download_dir=DOWNLOADS):
     """{name: {lang: path}} for each further test set: ``DIR/NAME.LANG`` from the first of
     ``dirs`` that has both files (plain text, or ``NAME.LANG.sgm``), else its statmt.org
     archive (see :func:`statmt_test_set`). Returns (sources, what keys them: the local
@@ -304,7 +310,7 @@ def prepare(
     out_dir,
     sources=None,
     archive_dir=None,
-    download_dir="data/downloads",
+    download_dir=DOWNLOADS,
     src="en",
     tgt="de",
     merges=None,
@@ -329,6 +335,8 @@ def prepare(
     merges = merges or setup.merges
     recipe = recipe or ("wmt14" if setup.name == "fairseq" else f"wmt14-{setup.name}")
     admin_like = setup.name != "fairseq"  # keys of fairseq's setup stay as before it had a name
+    if archive_dir is not None and not Path(archive_dir).is_dir():
+        raise DataError(f"--archive-dir {archive_dir}: no such folder")
     out_dir = Path(out_dir)
     steps = Steps(out_dir.with_name(out_dir.name + ".work"), force)
     if sources is None:
@@ -418,10 +426,12 @@ def prepare(
 def add_wmt_args(parser):
     parser.add_argument("--src", default="en", choices=("en", "de"))
     parser.add_argument("--tgt", default="de", choices=("en", "de"))
-    parser.add_argument("--merges", type=int, default=None, help="joint BPE merges (default: 32000; --as admin: 32764)")
+    parser.add_argument(
+        "--merges", type=positive, default=None, help="joint BPE merges (default: 32000; --as admin: 32764)"
+    )
     parser.add_argument(
         "--sentencepiece",
-        type=int,
+        type=positive,
         default=None,
         metavar="VOCAB",
         help="segment with a joint SentencePiece model of VOCAB pieces instead of Moses + BPE",
@@ -441,14 +451,14 @@ def local_pair(paths, src, tgt, parser):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argument_parser(__doc__)
     parser.add_argument(
         "--archive-dir", help="folder holding the statmt.org archives (default: download them to --download-dir)"
     )
     parser.add_argument(
-        "--download-dir", default="data/downloads", help="where archives are downloaded (default: data/downloads)"
+        "--download-dir",
+        default=str(DOWNLOADS),
+        help="where archives are downloaded (default: the repo's data/downloads)",
     )
     for split in ("train", "valid", "test"):
         parser.add_argument(
@@ -485,7 +495,9 @@ def main(argv=None):
         "test sets), the data the Admin paper's WMT14 numbers come from",
     )
     parser.add_argument(
-        "--out", help="output directory (default: data/wmt14.en-de; --as admin: data/wmt14.en-de.admin)"
+        "--out",
+        help="output directory (default: the repo's data/wmt14.en-de; --as admin: data/wmt14.en-de.admin; "
+        "where the wmt14 recipes read them)",
     )
     add_wmt_args(parser)
     args = parser.parse_args(argv)

@@ -9,16 +9,15 @@ PROVENANCE.md), through the full WMT14 pipeline (``wmt14.py``), for CPU work:
 * valid: newstest2013 (3000); test: newstest2014 full (3003, official sgm).
 """
 
-import argparse
 import functools
 from pathlib import Path
 
 from sacremoses import MosesDetokenizer
 
-from fairseq_layernorm_plugins.prepare.cli import run_cli
+from fairseq_layernorm_plugins.prepare.cli import argument_parser, in_data, run_cli
 from fairseq_layernorm_plugins.prepare.parallel import map_lines
 from fairseq_layernorm_plugins.prepare.steps import Steps, one_at_a_time
-from fairseq_layernorm_plugins.prepare.textio import read_lines, write_lines
+from fairseq_layernorm_plugins.prepare.textio import DataError, read_lines, write_lines
 from fairseq_layernorm_plugins.prepare.wmt14 import Sources, add_wmt_args
 from fairseq_layernorm_plugins.prepare.wmt14 import prepare as prepare_wmt
 
@@ -58,6 +57,8 @@ def detokenize_opennmt(shared, workers, out):
 @one_at_a_time
 def prepare(out_dir, shared_data, src="en", tgt="de", merges=8000, workers=2, force=False, **kwargs):
     shared = Path(shared_data)
+    if not shared.is_dir():
+        raise DataError(f"--shared-data {shared}: no such folder")
     out_dir = Path(out_dir)
     steps = Steps(out_dir.with_name(out_dir.name + ".work"), force)
     opennmt = steps.run(
@@ -84,16 +85,16 @@ def prepare(out_dir, shared_data, src="en", tgt="de", merges=8000, workers=2, fo
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argument_parser(__doc__)
     parser.add_argument(
         "--shared-data",
         default=str(Path(__file__).resolve().parents[3] / "shared" / "data"),
         help="the shared data folder (default: ../shared/data)",
     )
     parser.add_argument(
-        "--out", default="data/wmt14-mini.en-de", help="output directory (default: data/wmt14-mini.en-de)"
+        "--out",
+        default=in_data("wmt14-mini.en-de"),
+        help="output directory (default: the repo's data/wmt14-mini.en-de)",
     )
     add_wmt_args(parser)
     parser.set_defaults(merges=8000)
