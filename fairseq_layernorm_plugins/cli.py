@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from fairseq_layernorm_plugins.recipes.config import REPO, RecipeError, list_recipes, load_recipe
-from fairseq_layernorm_plugins.recipes.launch import PRECISIONS, Launch, data_bin, run_dir
+from fairseq_layernorm_plugins.recipes.launch import PRECISIONS, Launch, check_data_bin, data_bin, run_dir
 from fairseq_layernorm_plugins.recipes.launch import train as run_training
 
 CORPORA = ("multi30k", "iwslt14", "iwslt14_mini", "wmt14", "wmt14_mini", "wikitext103", "wikitext2")
@@ -37,6 +37,11 @@ PREPARE_DOC = """Prepare a corpus (download or read it, tokenise, learn subwords
     fairseq-ln-prepare CORPUS [options]        (fairseq-ln-prepare CORPUS --help for its options)
 
 where CORPUS is one of: {corpora}.
+
+Outputs default to the repository's data/ (where fairseq-ln-train reads a recipe's data, from any
+folder); a relative --out is relative to the current folder. The last line names the absolute
+output folder and the --data that trains on it. An existing --out that holds files this command
+did not write is refused (exit code 2), never replaced.
 """
 
 
@@ -48,7 +53,9 @@ def prepare(argv=None):
         if argv and argv[0] in ("-h", "--help"):
             print(doc)
             sys.exit(0)
-        sys.exit(f"error: name a corpus first ({', '.join(CORPORA)})" + (f", not {argv[0]!r}" if argv else ""))
+        named = f", not {argv[0]!r}" if argv else ""
+        print(f"error: name a corpus first ({', '.join(CORPORA)}){named}", file=sys.stderr)
+        sys.exit(2)
     module = importlib.import_module(f"fairseq_layernorm_plugins.prepare.{argv[0]}")
     sys.argv[0] = f"fairseq-ln-prepare {argv[0]}"
     module.main(argv[1:])
@@ -64,8 +71,10 @@ TRAIN_DOC = """Train a recipe: configs/<recipe>.yaml + data + machines -> fairse
 
 Keeps the recipe's tokens per update for any number of GPUs (max-tokens x update-freq),
 prints the exact fairseq command, writes runs/<recipe>/<depth>.seed<S>/{run.json,train.log}
-and resumes from that run's checkpoint_last.pt. Multi-node runs go through
-fairseq-ln-submit (SLURM). Arguments after ``--`` go to fairseq-train unchanged.
+and resumes from that run's checkpoint_last.pt. Without --gpus or --cpu-workers it trains on
+one GPU, or on one CPU process where torch sees no GPU. Multi-node runs go through
+fairseq-ln-submit (SLURM). Arguments after ``--`` go to fairseq-train unchanged (this
+command's own options go before it).
 """
 
 
@@ -74,7 +83,9 @@ def add_launch_args(parser):
     parser.add_argument(
         "--data", help="prepared data directory or data-bin (default: the recipe's data, under the repo)"
     )
-    parser.add_argument("--gpus", type=int, default=1, help="GPUs per node (default: 1)")
+    parser.add_argument(
+        "--gpus", type=int, help="GPUs per node (default: 1, or one CPU process where torch sees no GPU)"
+    )
     parser.add_argument(
         "--cpu-workers", type=int, default=0, help="train on CPU with N data-parallel processes (gloo) instead"
     )
@@ -84,22 +95,66 @@ def add_launch_args(parser):
     parser.add_argument("--master-port", type=int, default=29500)
 
 
+def gpu_count():
+    """The GPUs torch sees on this machine."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def machines(args):
+    """(GPUs per node, CPU workers) of :func:`add_launch_args`' options: as given, or neither
+    given: one GPU, one CPU process on a machine without one."""
+    if args.gpus is not None and args.gpus < 1:
+        raise ValueError(f"--gpus {args.gpus}: at least 1 (--cpu-workers N trains on CPU processes)")
+    if args.cpu_workers < 0:
+        raise ValueError(f"--cpu-workers {args.cpu_workers}: at least 1 (0, the default: GPUs)")
+    if args.gpus is not None and args.cpu_workers:
+        raise ValueError("--gpus and --cpu-workers: give one or the other")
+    if args.gpus is None and not args.cpu_workers:
+        return (1, 0) if gpu_count() else (0, 1)
+    return args.gpus or 0, args.cpu_workers
+
+
 def make_launch(args, recipe_name, extra=()):
     """(Launch, run directory) for ``recipe_name`` with the options of :func:`add_launch_args`."""
     recipe = load_recipe(recipe_name).with_depth(args.depth)
     run = run_dir(args.runs, recipe, args.seed)
+    gpus, cpu_workers = machines(args)
     launch = Launch(
         recipe,
-        str(data_bin(args.data, recipe, REPO)),
+        str(data_bin(args.data, recipe, REPO).absolute()),
         str(run / "checkpoints"),
-        gpus=args.gpus,
-        cpu_workers=args.cpu_workers,
+        gpus=gpus or 1,
+        cpu_workers=cpu_workers,
         precision=args.precision,
         seed=args.seed,
         master_port=args.master_port,
         extra=list(extra),
     )
     return launch, run
+
+
+def check_machine(launch):
+    """Raise ValueError unless this machine has the GPUs ``launch`` trains on."""
+    if not launch.cpu_workers and gpu_count() < launch.gpus:
+        raise ValueError(
+            f"--gpus {launch.gpus}: torch sees {gpu_count()} GPU(s) here; --cpu-workers N trains on CPU processes"
+        )
+
+
+def check_pass_through(parser, extra):
+    """Raise ValueError when an option of this command comes after ``--``, where it would go to
+    fairseq-train (``--dry-run`` there would start a real run; ``--seed`` would train another
+    seed than the run directory names)."""
+    ours = {opt for action in parser._actions for opt in action.option_strings if opt.startswith("--")}
+    ours -= {"--help"}
+    for arg in extra:
+        if arg.split("=")[0] in ours:
+            raise ValueError(
+                f"{arg.split('=')[0]} comes after '--', which passes it to fairseq-train: "
+                "put this command's options before '--'"
+            )
 
 
 def train(argv=None):
@@ -119,11 +174,23 @@ def train(argv=None):
     )
     args = parser.parse_args(argv)
     try:
+        check_pass_through(parser, extra)
         launch, run = make_launch(args, args.recipe, extra)
+        if not (args.hydra_config or args.dry_run):  # a real run: check before writing anything
+            try:
+                check_data_bin(launch.data, launch.recipe)
+            except ValueError as err:
+                given = "--data " if args.data else ""
+                hint = "" if args.data else " (the recipe's data: prepare it, docs/data.md, or give --data)"
+                raise ValueError(f"{given}{err}{hint}") from None
+            check_machine(launch)
     except (RecipeError, ValueError) as err:
         parser.exit(2, f"error: {err}\n")
     if args.hydra_config:
-        path = launch.write_hydra_config(args.hydra_config)
+        try:
+            path = launch.write_hydra_config(args.hydra_config)
+        except ValueError as err:
+            parser.exit(2, f"error: {err}\n")
         print(f"fairseq-hydra-train --config-dir {path.parent.resolve()} --config-name {path.stem}")
         return
     if args.dry_run:
@@ -177,7 +244,10 @@ def evaluate(argv=None):
                 args.max_tokens,
                 upper_bound=args.checkpoint_upper_bound,
             )
-        except (OSError, ValueError, RuntimeError) as err:
+        except (OSError, ValueError) as err:
+            print(f"error: {path}: {err}", file=sys.stderr)
+            sys.exit(2)
+        except RuntimeError as err:  # fairseq-generate / eval-lm failed: the log's tail
             sys.exit(f"error: {path}: {err}")
 
 
@@ -223,17 +293,28 @@ def submit(argv=None):
         "--dry-run", action="store_true", help="write equivalent sbatch scripts to RUNS/sbatch/ and stop"
     )
     args = parser.parse_args(argv)
-    runs = grid(
-        args.recipes,
-        args.depths,
-        args.seeds,
-        data=args.data,
-        runs=args.runs,
-        gpus=0 if args.cpu_workers else args.gpus,
-        nodes=args.nodes,
-        cpu_workers=args.cpu_workers,
-        precision=args.precision,
-    )
+    try:  # every run's recipe, depth and flags before anything is written or submitted
+        if args.cpu_workers < 0 or args.gpus < 1 or args.nodes < 1:
+            raise ValueError("--gpus, --nodes and --cpu-workers: counts of at least 1 (--cpu-workers: 0 for GPUs)")
+        runs = grid(
+            args.recipes,
+            args.depths,
+            args.seeds,
+            data=args.data,
+            runs=args.runs,
+            gpus=0 if args.cpu_workers else args.gpus,
+            nodes=args.nodes,
+            cpu_workers=args.cpu_workers,
+            precision=args.precision,
+        )
+        for run in runs:
+            run.launch(slurm=args.cluster != "local").fairseq_args()
+        if not args.dry_run:
+            import submitit  # noqa: F401
+    except (RecipeError, ValueError) as err:
+        parser.exit(2, f"error: {err}\n")
+    except ImportError:
+        parser.exit(2, "error: submitit is not installed (pip install submitit); --dry-run writes sbatch scripts\n")
     resources = dict(
         timeout_min=args.timeout_min,
         partition=args.partition,

@@ -4,12 +4,14 @@ without the interruption), and ``fairseq-generate --user-dir``. New methods are 
 registering them."""
 
 import math
+import os
 import re
 import shutil
+import subprocess
 
 import pytest
 import torch
-from conftest import PLUGIN_DIR, TINY_MODEL, assert_bleu_line_is_sacrebleu, json_records, plugin_archs, run_cli
+from conftest import BIN, PLUGIN_DIR, TINY_MODEL, assert_bleu_line_is_sacrebleu, json_records, plugin_archs, run_cli
 
 from fairseq_layernorm_plugins.optim.lr_scheduler.epoch_decay_nowarmup import epoch_decay_lr
 from fairseq_layernorm_plugins.optim.lr_scheduler.inverse_sqrt_nowarmup import inverse_sqrt_nowarmup_lr
@@ -173,4 +175,87 @@ def test_train_resume_generate(tiny_data_bin, tmp_path, arch, optimizer, schedul
     )
     hypotheses = [line for line in out.splitlines() if line.startswith("H-")]
     assert len(hypotheses) == 40 and all(len(h.split("\t")) == 3 for h in hypotheses)
+    assert_bleu_line_is_sacrebleu(out)
+
+
+# docs/usage.md's command blocks as written, on tiny data: the data paths point at a tiny
+# data-bin, checkpoints/ at a temporary folder, and each fairseq command (a shell function
+# in front of it) gets a tiny model and 2 updates appended
+DOC_TINY = {
+    "fairseq-train": " ".join(TINY_MODEL) + " --max-update 2",
+    "fairseq-generate": "",
+    "fairseq-eval-lm": "",
+}
+DOC_TINY_LM = (
+    "--decoder-layers 1 --decoder-embed-dim 32 --decoder-ffn-embed-dim 64 --decoder-attention-heads 2 "
+    "--decoder-input-dim 32 --decoder-output-dim 32 --adaptive-input-cutoff 8,16 --adaptive-softmax-cutoff 8,16 "
+    "--max-update 1"
+)
+
+
+def usage_block(heading):
+    """The first ```bash block under ``heading`` in docs/usage.md."""
+    text = (PLUGIN_DIR.parent / "docs" / "usage.md").read_text()
+    section = text.split(f"\n{heading}\n", 1)[1]
+    return re.search(r"```bash\n(.*?)```", section, re.S).group(1)
+
+
+def run_usage_block(block, replacements, train_flags, tmp_path):
+    """Run ``block`` under bash -e from the repository root, as pasted but for ``replacements``."""
+    for old, new in replacements.items():
+        block = block.replace(old, str(new))
+    block = block.replace("source .venv/bin/activate", f"source {BIN / 'activate'}")
+    block = block.replace("checkpoints/", f"{tmp_path}/checkpoints/")
+    prelude = "set -euo pipefail\n" + "".join(
+        f'{tool}() {{ command {tool} "$@" {train_flags if tool == "fairseq-train" else flags}; }}\n'
+        for tool, flags in DOC_TINY.items()
+    )
+    proc = subprocess.run(
+        ["bash", "-c", prelude + block],
+        cwd=PLUGIN_DIR.parent,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "PATH": f"{BIN}:{os.environ['PATH']}"},  # the venv, activated
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_joined_data_bin(tiny_data_bin):
+    """The tiny task with one dictionary for both sides (``--share-all-embeddings``)."""
+    root = tiny_data_bin.parent
+    run_cli(
+        "fairseq-preprocess",
+        *("--source-lang", "src", "--target-lang", "tgt", "--joined-dictionary", "--workers", "1"),
+        *("--trainpref", root / "train", "--validpref", root / "valid", "--testpref", root / "test"),
+        *("--destdir", root / "joined"),
+    )
+    return root / "joined"
+
+
+def test_usage_language_model_commands_run_as_written(lm_data_bin, tmp_path):
+    """The language-model block of docs/usage.md: fairseq-train with adaptive_loss (which
+    refuses fairseq's default --ddp-backend) and fairseq-eval-lm of its checkpoint."""
+    block = usage_block("## Language models")
+    out = run_usage_block(
+        block,
+        {"fairseq-ln-prepare wikitext2": ":", "data/wikitext-2/bin": lm_data_bin},
+        DOC_TINY_LM,
+        tmp_path,
+    )
+    assert "done training" in out and "Perplexity:" in out
+
+
+@pytest.mark.slow(1.5)
+def test_usage_paper_commands_run_as_written(tiny_data_bin, tiny_joined_data_bin, tmp_path):
+    """Every command of docs/usage.md's "Commands, paper by paper" block, in order (Admin's
+    profile, then a seed from it; the export; decoding the Pre-LN run)."""
+    block = usage_block("## Commands, paper by paper")
+    replacements = {"data-bin/iwslt14.tokenized.de-en": tiny_data_bin, "data-bin/wmt14_en_de": tiny_joined_data_bin}
+    out = run_usage_block(block, replacements, DOC_TINY["fairseq-train"], tmp_path)
+    assert out.count("done training") == 6 and "(--admin-profile-from); not profiling" in out
+    assert (tmp_path / "checkpoints" / "admin" / "postln.pt").is_file()
     assert_bleu_line_is_sacrebleu(out)

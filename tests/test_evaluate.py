@@ -1,14 +1,16 @@
 """Training through the launcher and evaluation: checkpoint averaging, SacreBLEU equal to
-the sacrebleu CLI, 2-process CPU data parallel, fairseq-hydra-train."""
+the sacrebleu CLI, a copied run scored on its own checkpoints, fairseq-hydra-train (2-process
+CPU data parallel: test_cpu_workers.py)."""
 
 import json
 import logging
 import os
+import shutil
 import subprocess
 
 import pytest
 import torch
-from conftest import BIN, PLUGIN_DIR, shared_data
+from conftest import BIN, shared_data
 
 from fairseq_layernorm_plugins.prepare.iwslt14_mini import prepare as prepare_iwslt14_mini
 from fairseq_layernorm_plugins.prepare.textio import read_lines, write_lines
@@ -20,7 +22,7 @@ from fairseq_layernorm_plugins.recipes.evaluate import (
     last_checkpoints,
     score,
 )
-from fairseq_layernorm_plugins.recipes.launch import Launch, train
+from fairseq_layernorm_plugins.recipes.launch import Launch, run_save_dir, train
 
 TINY_RECIPE = """
 tokens_per_update: 1000
@@ -156,22 +158,6 @@ def test_train_then_evaluate_on_iwslt14_mini(tmp_path, capsys):
     assert run["recipe"] == "iwslt14_mini/postln" and "--max-update 10" in run["command"]
 
 
-def test_launcher_two_cpu_processes_end_with_identical_parameters(tiny_data_bin, tmp_path):
-    recipe = tiny_recipe(tmp_path)
-    helper = PLUGIN_DIR.parent / "tests" / "helpers" / "train_and_dump.py"
-    launch = Launch(
-        recipe, str(tiny_data_bin), str(tmp_path / "ckpt"), cpu_workers=2, master_port=29531, train_entry=str(helper)
-    )
-    assert launch.plan() == (500, 1)
-    train(launch, tmp_path / "run", env={**os.environ, "DUMP_DIR": str(tmp_path), "OMP_NUM_THREADS": "1"})
-    log = (tmp_path / "run" / "train.log").read_text()
-    assert "num_updates 8" in log or '"num_updates": "8"' in log
-    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
-    assert ranks[0].keys() == ranks[1].keys()
-    for key, value in ranks[0].items():
-        torch.testing.assert_close(ranks[1][key], value, rtol=0, atol=0, msg=key)
-
-
 def test_recipe_runs_under_fairseq_hydra_train(tiny_data_bin, tmp_path):
     """The same recipe as a fairseq-hydra-train config; Admin's options survive hydra
     (it profiles), as they do on the command line."""
@@ -209,3 +195,53 @@ def test_a_language_models_results_go_beside_it_only(tmp_path):
     with pytest.raises(ValueError, match="written beside it"):
         evaluate(tmp_path, out_dir=tmp_path / "average5")
     assert not (tmp_path / "average5").exists()
+
+
+def test_a_copied_run_is_evaluated_on_its_own_checkpoints(tiny_data_bin, tmp_path):
+    """fairseq-ln-evaluate RUN scores RUN's checkpoints: a run trained by fairseq-ln-train, copied
+    elsewhere and the original moved away, is evaluated (results and the checkpoints it names
+    in the copy), not scored on (or failing for) the checkpoint its run.json was written beside."""
+    data = tmp_path / "data"
+    shutil.copytree(tiny_data_bin, data / "bin")
+    for kind in ("tok", "raw"):
+        shutil.copy(tiny_data_bin.parent / "test.tgt", data / f"test.{kind}.tgt")
+    recipe = tmp_path / "tiny.yaml"
+    recipe.write_text(
+        TINY_RECIPE.format(arch="transformer_preln").replace("no_save: true", "no_epoch_checkpoints: true")
+    )
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+    def command(*args):
+        proc = subprocess.run(list(map(str, args)), capture_output=True, text=True, env=env, timeout=300)
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+
+    command(
+        BIN / "fairseq-ln-train",
+        recipe,
+        "--cpu-workers",
+        1,
+        "--data",
+        data,
+        "--runs",
+        tmp_path / "runs",
+        "--",
+        "--max-update",
+        2,
+    )
+    shutil.copytree(tmp_path / "runs" / "tiny" / "default.seed1", tmp_path / "copy")
+    (tmp_path / "runs").rename(tmp_path / "moved")
+    command(BIN / "fairseq-ln-evaluate", tmp_path / "copy")
+    result = json.loads((tmp_path / "copy" / "results.json").read_text())
+    assert result["checkpoints"] == [str(tmp_path / "copy" / "checkpoints" / "checkpoint_last.pt")]
+    assert result["sentences"] == 40 and not list((tmp_path / "moved").rglob("results.json"))
+
+
+def test_a_run_json_with_an_absolute_save_dir_reads_the_checkpoints_beside_it(tmp_path):
+    """run.json files written before save dirs were recorded relative name the absolute path
+    of the folder they were trained in: a copy of such a run reads its own checkpoints."""
+    (tmp_path / "copy" / "checkpoints").mkdir(parents=True)
+    record = {"save_dir": str(tmp_path / "original" / "checkpoints")}
+    assert run_save_dir(tmp_path / "copy", record) == tmp_path / "copy" / "checkpoints"
+    assert run_save_dir(tmp_path / "copy", {"save_dir": "checkpoints"}) == tmp_path / "copy" / "checkpoints"
+    elsewhere = {"save_dir": str(tmp_path / "scratch" / "ckpt")}  # a save dir outside the run stays where it is
+    assert run_save_dir(tmp_path / "copy", elsewhere) == tmp_path / "scratch" / "ckpt"

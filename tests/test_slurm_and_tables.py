@@ -287,7 +287,8 @@ def test_tasks_of_one_job_leave_one_record_and_a_log_each(tmp_path):
     run = grid(["iwslt14/admin"], None, [1], data="/data/iwslt14", runs=str(runs), gpus=2)[0]
     run_dir, launch = run.run_dir(), run.launch()
     launch.train_entry = str(entry)
-    assert json.loads((run_dir / "run.json").read_text()) == json.loads(json.dumps(launch.record()))
+    assert json.loads((run_dir / "run.json").read_text()) == json.loads(json.dumps(launch.record(run_dir)))
+    assert launch.record(run_dir)["save_dir"] == "checkpoints"  # inside the run: copied or moved with it
     assert set((run_dir / "train.log").read_text().splitlines()) == {"rank 0 | train_inner | done"}
     assert set((run_dir / "train.rank1.log").read_text().splitlines()) == {"rank 1 | train_inner | done"}
     assert sorted(p.name for p in run_dir.iterdir()) == ["run.json", "train.log", "train.rank1.log"]

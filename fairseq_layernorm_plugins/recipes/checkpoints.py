@@ -6,6 +6,7 @@ from pathlib import Path
 
 import torch
 
+from fairseq_layernorm_plugins._compat import load_checkpoint
 from fairseq_layernorm_plugins.atomic import atomic_path
 
 _EPOCH = re.compile(r"checkpoint(\d+)\.pt$")
@@ -38,6 +39,14 @@ def last_checkpoints(save_dir, n, kind="epoch", upper_bound=None):
     return found or [Path(save_dir) / "checkpoint_last.pt"]
 
 
+def existing(paths):
+    """``paths`` when every one is a file; else a ValueError naming the first missing."""
+    for path in paths:
+        if not Path(path).is_file():
+            raise ValueError(f"{path}: no such checkpoint (has the run saved one yet?)")
+    return paths
+
+
 def window_checkpoints(save_dir, size, last):
     """The epoch checkpoints ``last - size + 1 .. last``, newest first (an error if one is missing)."""
     epochs = numbered_checkpoints(save_dir)
@@ -52,10 +61,10 @@ def average_checkpoints(paths, output):
     (accumulated in float64; integer buffers from the first); the rest of the first
     checkpoint is kept. Written to a temp file, then renamed."""
     paths = [Path(p) for p in paths]
-    first = torch.load(paths[0], map_location="cpu", weights_only=False)
+    first = load_checkpoint(paths[0])
     sums = {k: v.double() if v.is_floating_point() else v for k, v in first["model"].items()}
     for path in paths[1:]:
-        model = torch.load(path, map_location="cpu", weights_only=False)["model"]
+        model = load_checkpoint(path)["model"]
         if model.keys() != sums.keys():
             raise ValueError(f"{path}: parameters differ from {paths[0]}'s")
         for k, v in model.items():

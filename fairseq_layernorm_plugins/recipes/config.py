@@ -34,6 +34,129 @@ class RecipeError(ValueError):
     """A recipe file that cannot be used; the message names the file."""
 
 
+# what a recipe file may hold at its top level (``depth`` is set by Recipe.with_depth)
+RECIPE_KEYS = {"base", "fairseq", "tokens_per_update", "precision", "data", "depths", "generate", "paper", "depth"}
+# fairseq's config groups (fairseq.dataclass.configs.FairseqConfig's fields; tests/test_user_errors.py checks)
+FAIRSEQ_GROUPS = {
+    "common",
+    "common_eval",
+    "distributed_training",
+    "dataset",
+    "optimization",
+    "checkpoint",
+    "bmuf",
+    "generation",
+    "eval_lm",
+    "interactive",
+    "model",
+    "task",
+    "criterion",
+    "optimizer",
+    "lr_scheduler",
+    "scoring",
+    "bpe",
+    "tokenizer",
+    "ema",
+}
+
+
+def _key_lines(text):
+    """{key path: line} of a recipe's top-level keys, its ``fairseq:`` groups and its depths'
+    (("fairseq",), ("fairseq", "model"), ("depths", "18L-18L", "fairseq", "model"), ...)."""
+    lines = {}
+
+    def walk(node, path, depth):
+        if not isinstance(node, yaml.MappingNode) or depth == 0:
+            return
+        for key, value in node.value:
+            if isinstance(key, yaml.ScalarNode):
+                lines[(*path, key.value)] = key.start_mark.line + 1
+                walk(value, (*path, key.value), depth - 1)
+
+    try:
+        walk(yaml.compose(text, Loader=yaml.SafeLoader), (), 5)
+    except yaml.YAMLError:
+        pass
+    return lines
+
+
+def _close(word, choices):
+    import difflib
+
+    match = difflib.get_close_matches(str(word), sorted(choices), n=1)
+    return f" (did you mean '{match[0]}'?)" if match else ""
+
+
+def check_recipe_file(path, data, text):
+    """Raise RecipeError, naming ``path`` and the line, for a key a recipe cannot hold: an unknown
+    top-level key, a ``fairseq:`` group fairseq does not have, or a group that is not a mapping
+    (``optimizer: 5``); the same inside each of ``depths``."""
+    lines = _key_lines(text)
+
+    def where(*keys):
+        line = lines.get(keys)
+        return f"{path}:{line}" if line else f"{path}"
+
+    def check_groups(fairseq, *prefix):
+        if not isinstance(fairseq, dict):
+            raise RecipeError(f"{where(*prefix)}: '{'.'.join(prefix)}' must be a mapping of fairseq's config groups")
+        for group, options in fairseq.items():
+            name = ".".join((*prefix, str(group)))
+            if group not in FAIRSEQ_GROUPS:
+                raise RecipeError(
+                    f"{where(*prefix, group)}: '{name}' is not a fairseq config group{_close(group, FAIRSEQ_GROUPS)}"
+                )
+            if not isinstance(options, dict):
+                raise RecipeError(
+                    f"{where(*prefix, group)}: '{name}' must be a mapping of its options "
+                    f"({{_name: ..., option: value}}), not {options!r}"
+                )
+            if "_name" in options and not isinstance(options["_name"], str):
+                raise RecipeError(f"{where(*prefix, group)}: '{name}._name' must be a name, not {options['_name']!r}")
+
+    for key in data:
+        if key not in RECIPE_KEYS:
+            group = _close(key, FAIRSEQ_GROUPS)
+            hint = (
+                " (a fairseq config group: it goes under 'fairseq:')"
+                if key in FAIRSEQ_GROUPS
+                else _close(key, RECIPE_KEYS) or (group and f"{group[:-2]} under 'fairseq:'?)")
+            )
+            raise RecipeError(f"{where(key)}: unknown recipe key '{key}'{hint}")
+
+    def check_values(options, *prefix):
+        tokens = options.get("tokens_per_update")
+        if "tokens_per_update" in options and (not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 1):
+            raise RecipeError(
+                f"{where(*prefix, 'tokens_per_update')}: 'tokens_per_update' must be a positive whole number, not {tokens!r}"
+            )
+        if "precision" in options and options["precision"] not in ("fp32", "fp16", "bf16"):
+            raise RecipeError(
+                f"{where(*prefix, 'precision')}: 'precision' must be fp32, fp16 or bf16, not {options['precision']!r}"
+            )
+        for key in ("generate", "paper"):
+            if options.get(key) is not None and not isinstance(options[key], dict):
+                raise RecipeError(f"{where(*prefix, key)}: '{key}' must be a mapping, not {options[key]!r}")
+
+    check_values(data)
+    if "fairseq" in data:
+        check_groups(data["fairseq"], "fairseq")
+    depths = data.get("depths")
+    if depths is not None and not isinstance(depths, dict):
+        raise RecipeError(f"{where('depths')}: 'depths' must map each depth (e.g. 6L-6L) to its options")
+    for depth, options in (depths or {}).items():
+        if options is None:
+            continue
+        if not isinstance(options, dict):
+            raise RecipeError(f"{where('depths', depth)}: 'depths.{depth}' must be a mapping, not {options!r}")
+        for key in options:
+            if key not in RECIPE_KEYS - {"base", "depths", "depth"}:
+                raise RecipeError(f"{where('depths', depth, key)}: unknown key '{key}' in depths.{depth}")
+        check_values(options, "depths", depth)
+        if "fairseq" in options:
+            check_groups(options["fairseq"], "depths", depth, "fairseq")
+
+
 REPLACED = {"depths"}  # keys an override replaces whole
 COMPONENTS = {"optimizer", "lr_scheduler", "criterion"}  # replaced whole when their _name changes
 
@@ -59,7 +182,8 @@ def load_yaml(path, seen=()):
     if path in seen:
         raise RecipeError(f"{path}: 'base' chain loops back to itself")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        text = path.read_text(encoding="utf-8")
+        data = yaml.safe_load(text) or {}
     except FileNotFoundError:
         raise RecipeError(f"{path}: recipe not found") from None
     except yaml.YAMLError as err:
@@ -69,6 +193,7 @@ def load_yaml(path, seen=()):
         ) from None
     if not isinstance(data, dict):
         raise RecipeError(f"{path}: a recipe is a mapping")
+    check_recipe_file(path, data, text)
     bases = data.pop("base", [])
     merged = {}
     for base in [bases] if isinstance(bases, str) else bases:
@@ -124,6 +249,8 @@ def load_recipe(name_or_path, config_dir=CONFIG_DIR):
     path = Path(name_or_path)
     if not path.suffix:
         path = Path(config_dir) / f"{name_or_path}.yaml"
+        if not path.is_file():
+            raise RecipeError(f"{path}: recipe not found{_close(name_or_path, list_recipes(config_dir))}")
     data = load_yaml(path)
     for key in ("fairseq", "tokens_per_update"):
         if key not in data:
@@ -133,11 +260,13 @@ def load_recipe(name_or_path, config_dir=CONFIG_DIR):
 
 
 def list_recipes(config_dir=CONFIG_DIR):
-    """Names of every recipe (files starting with ``_`` are bases, not recipes)."""
+    """Names of every recipe: the YAML files in a setting's folder (``iwslt14/admin``); files
+    starting with ``_`` are bases, and ``configs/*.yaml`` beside the settings are not recipes
+    (``claims.yaml``: the claims' definitions)."""
     return sorted(
         str(p.relative_to(config_dir).with_suffix(""))
         for p in Path(config_dir).rglob("*.yaml")
-        if not p.name.startswith("_")
+        if not p.name.startswith("_") and p.parent != Path(config_dir)
     )
 
 

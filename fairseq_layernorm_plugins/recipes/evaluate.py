@@ -50,11 +50,12 @@ from fairseq_layernorm_plugins.recipes.checkpoints import (
     BEST_PROTOCOL,
     average_checkpoints,
     best_checkpoint,
+    existing,
     last_checkpoints,
     numbered_checkpoints,
     window_checkpoints,
 )
-from fairseq_layernorm_plugins.recipes.launch import BIN, PLUGIN_DIR, run_logged
+from fairseq_layernorm_plugins.recipes.launch import BIN, PLUGIN_DIR, run_logged, run_save_dir
 from fairseq_layernorm_plugins.recipes.perplexity import evaluate_lm
 
 _COMPOUND = re.compile(r"(\S)-(\S)")
@@ -133,11 +134,14 @@ def evaluate(
     results.json, beside the run or in ``out_dir`` (with the hypotheses, the generate logs and
     an averaged checkpoint), so that a second protocol leaves the first one's files alone."""
     run_dir = Path(run_dir)
+    if not (run_dir / "run.json").is_file():
+        raise ValueError("no run.json here (not a run directory: fairseq-ln-train writes them)")
     run = json.loads((run_dir / "run.json").read_text())
     if run.get("task") == "language_modeling":  # perplexity, not translation
         if out_dir is not None:
             raise ValueError(f"{run_dir}: a language model's results are written beside it, not to {out_dir}")
         return evaluate_lm(run_dir, run, average_last, cpu, echo)
+    save_dir = run_save_dir(run_dir, run)  # this folder's checkpoints, wherever the run was trained
     out_dir = Path(out_dir or run_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     gen = run.get("generate", {})
@@ -172,11 +176,11 @@ def evaluate(
     protocol = {}
     if gen.get("per_epoch") and average_last is None:
         first, last = gen["per_epoch"]["first"], gen["per_epoch"]["last"]
-        epochs = numbered_checkpoints(run["save_dir"])
+        epochs = numbered_checkpoints(save_dir)
         curve = []
         for epoch in range(first, last + 1):
             if epoch not in epochs:
-                raise ValueError(f"{run['save_dir']}: no checkpoint{epoch}.pt for the per-epoch curve {first}-{last}")
+                raise ValueError(f"{save_dir}: no checkpoint{epoch}.pt for the per-epoch curve {first}-{last}")
             epoch_scores, sentences = translate_and_score(epochs[epoch], subset, lenpen)
             curve.append({"epoch": epoch, "bleu": epoch_scores})
             echo(f"{run['recipe']} epoch {epoch}: {headline} {main_metric(epoch_scores):.2f}")
@@ -188,7 +192,7 @@ def evaluate(
         size, (first, last), select_on = search["size"], search["last"], search.get("select_on", "valid")
         windows, best = [], None
         for end in range(first, last + 1):
-            paths = window_checkpoints(run["save_dir"], size, end)
+            paths = window_checkpoints(save_dir, size, end)
             window_scores, _ = translate_and_score(averaged(paths), select_on, lenpen)
             windows.append({"epochs": [end - size + 1, end], "bleu": window_scores})
             if best is None or main_metric(window_scores) > main_metric(best[1]):  # strict: the earliest best
@@ -209,14 +213,14 @@ def evaluate(
         checkpoint = averaged(checkpoints)  # scored again, so the hypotheses beside the run are the chosen window's
         scores, sentences = translate_and_score(checkpoint, subset, lenpen)
     elif gen.get("checkpoint") == "best" and average_last is None:
-        checkpoint = best_checkpoint(run["save_dir"])
+        checkpoint = best_checkpoint(save_dir)
         checkpoints = [checkpoint]
         scores, sentences = translate_and_score(checkpoint, subset, lenpen)
         protocol = {"protocol": BEST_PROTOCOL}
     else:
         n = average_last or gen.get("average_last", 1)
         bound = upper_bound if upper_bound is not None else gen.get("checkpoint_upper_bound")
-        checkpoints = last_checkpoints(run["save_dir"], n, kind, bound)
+        checkpoints = existing(last_checkpoints(save_dir, n, kind, bound))
         checkpoint = averaged(checkpoints)
         scores, sentences = translate_and_score(checkpoint, subset, lenpen)
         if bound is not None:

@@ -3,9 +3,13 @@
 The recipe fixes the tokens per update; the launcher spreads them over the workers:
 ``workers x max_tokens x update_freq = tokens_per_update`` (max_tokens capped by the
 recipe's per-GPU value). Workers are GPUs on one node (fairseq spawns them), GPUs
-across SLURM nodes (one task per GPU, fairseq's SLURM setup), or CPU processes under
-``torchrun`` with gloo (for tests). Training resumes from ``checkpoint_last.pt`` in the
-run's save dir, as fairseq does by default.
+across SLURM nodes (one task per GPU, fairseq's SLURM setup), or CPU processes started by
+``torchrun``: gloo, ``legacy_ddp``, fairseq's ``--distributed-world-size N``, the ``env://``
+init method and each process's ``--distributed-rank`` from torchrun's ``RANK`` (fairseq
+cannot infer a CPU rank from torchrun's environment itself: docs/fairseq_notes.md). Every
+multi-process run names its world size, and its init method and rank explicitly or through
+fairseq's own inference (spawned GPUs, SLURM). Training resumes from ``checkpoint_last.pt``
+in the run's save dir, as fairseq does by default.
 """
 
 import copy
@@ -23,6 +27,9 @@ from fairseq_layernorm_plugins.recipes.config import fairseq_flags
 PLUGIN_DIR = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 PRECISIONS = ("fp32", "fp16", "bf16")
+# what torchrun runs as each CPU worker: the fairseq-train command given as its arguments, with
+# this process's rank (fairseq's own torchrun inference divides by the GPU count, 0 on a CPU)
+CPU_RANK_FLAG = 'exec "$@" --distributed-rank "$RANK"'
 
 
 def run_dir(runs, recipe, seed):
@@ -33,8 +40,28 @@ def run_dir(runs, recipe, seed):
 def data_bin(data, recipe, root):
     """The data-bin to train on: ``data`` (default: the recipe's ``data`` under ``root``),
     or its ``bin/`` when it is a prepared data directory."""
+    if not data and not recipe.data.get("data"):
+        raise ValueError(f"{recipe.path}: the recipe names no data: give --data")
     data = Path(data or Path(root) / recipe.data["data"])
     return data / "bin" if (data / "bin").is_dir() else data
+
+
+def check_data_bin(data, recipe):
+    """Raise ValueError (naming the folder) unless ``data`` is a fairseq data-bin ``recipe`` can
+    train on: a folder with the dictionaries its task reads (dict.<lang>.txt for each side of a
+    translation, dict.txt for a language model). Checked before a run writes anything."""
+    data = Path(str(data).split(":")[0])  # fairseq's DATA may list shards: a:b:c
+    if not data.is_dir():
+        raise ValueError(f"{data}: no such data directory")
+    task = recipe.fairseq.get("task") or {}
+    if task.get("_name") == "language_modeling":
+        needed = ["dict.txt"]
+    else:
+        needed = [f"dict.{task[side]}.txt" for side in ("source_lang", "target_lang") if task.get(side)]
+    missing = [name for name in needed if not (data / name).is_file()]
+    if missing or not any(data.glob("dict*.txt")):
+        raise ValueError(f"{data}: not a fairseq data-bin (no {', '.join(missing) or 'dict.*.txt'})")
+    return data
 
 
 def batch_plan(tokens_per_update, max_tokens, workers):
@@ -93,8 +120,14 @@ class Launch:
         common["fp16"], common["bf16"] = self.effective_precision == "fp16", self.effective_precision == "bf16"
         common["cpu"] = bool(self.cpu_workers)
         distributed = fairseq.setdefault("distributed_training", {})
-        if self.cpu_workers > 1:  # docs/fairseq_notes.md: CPU data parallel needs gloo and legacy_ddp
-            distributed.update(distributed_backend="gloo", ddp_backend="legacy_ddp")
+        if self.cpu_workers > 1:  # docs/fairseq_notes.md: CPU data parallel (each rank: CPU_RANK_FLAG)
+            distributed.update(
+                distributed_world_size=self.cpu_workers,
+                distributed_init_method="env://",  # torchrun's MASTER_ADDR / MASTER_PORT
+                distributed_no_spawn=True,  # torchrun started the processes
+                distributed_backend="gloo",
+                ddp_backend="legacy_ddp",
+            )
         elif self.slurm and self.workers > 1:  # fairseq's SLURM setup: one task per GPU, rendezvous on this port
             distributed.update(distributed_world_size=self.workers, distributed_port=self.master_port)
         elif self.nodes > 1:
@@ -108,6 +141,11 @@ class Launch:
         (one process per launch; multi-GPU via ``distributed_training`` as usual)."""
         import yaml
 
+        if self.cpu_workers > 1:
+            raise ValueError(
+                f"--cpu-workers {self.cpu_workers}: a fairseq-hydra-train config is one process; "
+                "CPU data parallel runs through torchrun (fairseq-ln-train without --hydra-config)"
+            )
         return write_text(path, f"# {self.describe()}\n" + yaml.safe_dump(self.groups(), sort_keys=False))
 
     def fairseq_args(self):
@@ -115,7 +153,9 @@ class Launch:
         return fairseq_flags(self.groups()) + list(self.extra)
 
     def command(self):
-        """The full command line (a list); under SLURM every task (one per GPU) runs it."""
+        """The full command line (a list); under SLURM every task (one per GPU) runs it. CPU
+        workers: torchrun starts ``cpu_workers`` processes, each ``fairseq-train`` with the
+        distributed flags of :meth:`groups` and its own rank, torchrun's ``RANK``."""
         entry = self.train_entry or str(BIN / "fairseq-train")
         if self.cpu_workers > 1:
             return [
@@ -126,6 +166,11 @@ class Launch:
                 str(self.cpu_workers),
                 "--master_port",
                 str(self.master_port),
+                "--no-python",
+                "bash",
+                "-c",
+                CPU_RANK_FLAG,
+                "fairseq-train-rank",  # $0 of that script
                 entry,
                 *self.fairseq_args(),
             ]
@@ -139,15 +184,18 @@ class Launch:
             f"(recipe: {self.recipe.tokens_per_update}), {self.effective_precision}"
         )
 
-    def record(self):
-        """What evaluation and tables need to know about this run (written as run.json)."""
+    def record(self, run_dir=None):
+        """What evaluation and tables need to know about this run (written as run.json). The
+        save dir is recorded relative to ``run_dir`` when inside it, so that a run copied or
+        moved elsewhere is evaluated on its own checkpoints (:func:`run_save_dir`)."""
         recipe = self.recipe
         return {
             "recipe": recipe.name.split("@")[0],
             "depth": recipe.data.get("depth"),
             "data": str(self.data),
-            "save_dir": str(self.save_dir),
+            "save_dir": relative_save_dir(self.save_dir, run_dir),
             "workers": self.workers,
+            "cpu": bool(self.cpu_workers),
             "precision": self.effective_precision,
             "plan": dict(zip(("max_tokens", "update_freq"), self.plan())),
             "generate": recipe.data.get("generate", {}),
@@ -157,6 +205,28 @@ class Launch:
             "target_lang": recipe.fairseq["task"].get("target_lang"),
             "command": shlex.join(self.command()),
         }
+
+
+def relative_save_dir(save_dir, run_dir=None):
+    """``save_dir`` relative to ``run_dir`` ("checkpoints") when inside it, else as given."""
+    if run_dir is not None:
+        try:
+            return str(Path(save_dir).resolve().relative_to(Path(run_dir).resolve()))
+        except ValueError:  # elsewhere: kept as given
+            pass
+    return str(save_dir)
+
+
+def run_save_dir(run_dir, run):
+    """The checkpoints of the run in ``run_dir`` (its run.json: ``run``): its recorded save dir
+    taken inside ``run_dir`` when relative; an absolute one (a run.json written before save
+    dirs were recorded relative) gives way to the folder of the same name inside ``run_dir``,
+    so that a copied or moved run is scored on its own checkpoints, never its original's."""
+    run_dir, recorded = Path(run_dir), Path(run["save_dir"])
+    if not recorded.is_absolute():
+        return run_dir / recorded
+    inside = run_dir / recorded.name
+    return inside if inside.is_dir() else recorded
 
 
 def process_rank():
@@ -171,7 +241,7 @@ def write_record(run_dir, launch):
     run_dir.mkdir(parents=True, exist_ok=True)
     if process_rank() != 0:
         return
-    write_json(run_dir / "run.json", launch.record())
+    write_json(run_dir / "run.json", launch.record(run_dir))
 
 
 def train_log(run_dir):

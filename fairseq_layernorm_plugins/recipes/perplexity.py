@@ -17,9 +17,10 @@ from fairseq_layernorm_plugins.recipes.checkpoints import (
     BEST_PROTOCOL,
     average_checkpoints,
     best_checkpoint,
+    existing,
     last_checkpoints,
 )
-from fairseq_layernorm_plugins.recipes.launch import BIN, PLUGIN_DIR, run_logged
+from fairseq_layernorm_plugins.recipes.launch import BIN, PLUGIN_DIR, run_logged, run_save_dir
 
 SUBSETS = ("valid", "test")
 EVAL_LM = {"batch_size": 2, "tokens_per_sample": 512, "context_window": 400}  # fairseq's language-model README
@@ -56,12 +57,13 @@ def evaluate_lm(run_dir, run, average_last=None, cpu=None, echo=print):
     """Evaluate the language-model run in ``run_dir`` (its run.json: ``run``) by its recipe's
     protocol; returns and writes results.json."""
     run_dir = Path(run_dir)
+    save_dir = run_save_dir(run_dir, run)
     gen = run.get("generate", {})
     if gen.get("checkpoint") == "best" and average_last is None:
-        checkpoints, protocol = [best_checkpoint(run["save_dir"])], BEST_PROTOCOL
+        checkpoints, protocol = [best_checkpoint(save_dir)], BEST_PROTOCOL
     else:
         n = average_last or gen.get("average_last", 1)
-        checkpoints = last_checkpoints(run["save_dir"], n)
+        checkpoints = existing(last_checkpoints(save_dir, n))
         protocol = f"average of the last {len(checkpoints)} epoch checkpoints"
     averaged = run_dir / f"checkpoint_avg{len(checkpoints)}.pt"
     checkpoint = checkpoints[0] if len(checkpoints) == 1 else average_checkpoints(checkpoints, averaged)

@@ -25,12 +25,39 @@ from fairseq_layernorm_plugins.recipes.figures import pyplot, save_figure
 
 
 def collect(paths):
-    """results.json of every run under ``paths`` (run dirs or folders of runs)."""
+    """results.json of every run under ``paths`` (run dirs or folders of runs); a results.json
+    beside its run.json names that folder as its run (a run copied or moved since it was
+    evaluated is plotted from where it is now). A path that does not exist is an error."""
     results = []
     for path in map(Path, paths):
+        if not path.exists():
+            raise FileNotFoundError(f"{path}: no such run directory or folder of runs")
         files = [path / "results.json"] if (path / "results.json").is_file() else sorted(path.rglob("results.json"))
-        results += [json.loads(f.read_text()) for f in files]
+        for file in files:
+            result = json.loads(file.read_text())
+            if (file.parent / "run.json").is_file():
+                result["run_dir"] = str(file.parent)
+            results.append(result)
     return results
+
+
+def table_names(config_dir=None):
+    """The tables of ``configs/``: every folder holding a recipe (its parent in a recipe's name)."""
+    from fairseq_layernorm_plugins.recipes.config import CONFIG_DIR, list_recipes
+
+    return sorted({name.rsplit("/", 1)[0] for name in list_recipes(config_dir or CONFIG_DIR) if "/" in name})
+
+
+def no_rows_error(results, table, paths):
+    """Why ``table`` has no row in ``results`` (collected from ``paths``): nothing evaluated there,
+    a table name that is neither a recipe folder nor any run's, or no run of it there."""
+    where = ", ".join(map(str, paths))
+    present = sorted({r["recipe"].rsplit("/", 1)[0] for r in results if "/" in r.get("recipe", "")})
+    if not results:
+        return f"no evaluated runs of {table} under {where} (no results.json there: fairseq-ln-evaluate RUN first)"
+    if table not in table_names() and table not in present:
+        return f"--table {table}: no such table (recipe folder) in configs/ nor among the runs under {where} (they have: {', '.join(present)})"
+    return f"no evaluated runs of {table} under {where} (evaluated there: {', '.join(present)})"
 
 
 def _number(value):
@@ -378,10 +405,13 @@ def main(argv=None):
     parser.add_argument("--table", required=True, help="recipe directory, e.g. wmt14/admin")
     parser.add_argument("--out", required=True, help="output prefix: writes OUT.md, OUT.csv, OUT.png")
     args = parser.parse_args(argv)
-    results = collect(args.paths)
+    try:
+        results = collect(args.paths)
+    except FileNotFoundError as err:
+        parser.exit(2, f"error: {err}\n")
     rows = table_rows(results, args.table)
     if not rows:
-        parser.exit(2, f"error: no evaluated runs of {args.table} under {', '.join(args.paths)}\n")
+        parser.exit(2, f"error: {no_rows_error(results, args.table, args.paths)}\n")
     markdown, table_csv = render(rows, args.table)
     paths = {ext: Path(f"{args.out}.{ext}") for ext in ("md", "csv", "png")}
     run_dirs = [r["run_dir"] for r in results if r["recipe"].rsplit("/", 1)[0] == args.table]

@@ -40,7 +40,7 @@ class GridRun:
         recipe = load_recipe(self.recipe, Path(self.config_dir)).with_depth(self.depth)
         return Launch(
             recipe,
-            str(data_bin(self.data, recipe, Path(self.config_dir).parent)),
+            str(data_bin(self.data, recipe, Path(self.config_dir).parent).absolute()),
             str(self.run_dir(recipe) / "checkpoints"),
             gpus=self.gpus,
             nodes=self.nodes,
@@ -73,11 +73,14 @@ class GridRun:
 
 
 def grid(recipes, depths, seeds, **common):
-    """Every (recipe, depth, seed) as a GridRun; ``depths`` None means each recipe's own."""
+    """Every (recipe, depth, seed) as a GridRun; ``depths`` None means each recipe's own. A
+    recipe that does not load or lacks a depth is a RecipeError (naming its file) here, before
+    anything is written or submitted."""
     runs = []
     for name in recipes:
         recipe = load_recipe(name, Path(common.get("config_dir", CONFIG_DIR)))
         for depth in depths or recipe.depths or [None]:
+            recipe.with_depth(depth)
             runs += [GridRun(name, depth, seed, **common) for seed in seeds]
     return runs
 
@@ -140,7 +143,7 @@ def write_sbatch(run, directory, timeout_min=4320, partition=None, cpus_per_task
         "trap 'scontrol requeue \"$SLURM_JOB_ID\"; exit 0' USR1",
         f"mkdir -p {shlex.quote(str(run_dir))}",
         f"cat > {shlex.quote(str(run_dir / 'run.json'))} <<'JSON'",
-        json.dumps(launch.record(), indent=1),
+        json.dumps(launch.record(run_dir), indent=1),
         "JSON",
         f"srun --label {shlex.join(launch.command())} >> {shlex.quote(str(run_dir / 'train.log'))} 2>&1 &",
         "wait $!  # returns early when USR1 arrives; the trap then requeues and exits",
