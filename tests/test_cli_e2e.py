@@ -259,3 +259,14 @@ def test_usage_paper_commands_run_as_written(tiny_data_bin, tiny_joined_data_bin
     assert out.count("done training") == 6 and "(--admin-profile-from); not profiling" in out
     assert (tmp_path / "checkpoints" / "admin" / "postln.pt").is_file()
     assert_bleu_line_is_sacrebleu(out)
+
+
+def test_readme_fairseq_train_example_runs_as_written(tiny_data_bin, tmp_path):
+    """The README's first block, `fairseq-train DATA --user-dir fairseq_layernorm_plugins ...`,
+    run from the repository root as pasted (DATA a tiny data-bin, a tiny model for 2 updates)."""
+    readme = (PLUGIN_DIR.parent / "README.md").read_text()
+    block = re.search(r"```bash\n(fairseq-train DATA .*?)```", readme, re.S).group(1)
+    block = block.replace("fairseq-train DATA", f"fairseq-train {tiny_data_bin}", 1)
+    train_flags = DOC_TINY["fairseq-train"] + f" --cpu --save-dir {tmp_path}/checkpoints"
+    out = run_usage_block(block, {}, train_flags, tmp_path)
+    assert "done training" in out and "transformer_admin_iwslt_de_en" in out
