@@ -20,8 +20,8 @@ import sys
 from pathlib import Path
 
 from fairseq_layernorm_plugins.recipes.config import REPO, RecipeError, list_recipes, load_recipe
-from fairseq_layernorm_plugins.recipes.launch import PRECISIONS, Launch, check_data_bin, data_bin, run_dir
-from fairseq_layernorm_plugins.recipes.launch import train as run_training
+from fairseq_layernorm_plugins.runs.launch import PRECISIONS, Launch, check_data_bin, data_bin, run_dir
+from fairseq_layernorm_plugins.runs.launch import train as run_training
 
 CORPORA = ("multi30k", "iwslt14", "iwslt14_mini", "wmt14", "wmt14_mini", "wikitext103", "wikitext2")
 
@@ -203,12 +203,12 @@ def train(argv=None):
         sys.exit(str(err))
 
 
-EVALUATE_DOC = """Evaluate training runs (see fairseq_layernorm_plugins/recipes/evaluate.py):
+EVALUATE_DOC = """Evaluate training runs (see fairseq_layernorm_plugins/runs/evaluate.py):
 
     fairseq-ln-evaluate runs/iwslt14/admin/6L-6L.seed1 [more run dirs]
 
 scores the checkpoints the recipe's protocol names (the last N averaged, --average-last; up
-to --checkpoint-upper-bound; a best window; a per-epoch curve: recipes/evaluate.py),
+to --checkpoint-upper-bound; a best window; a per-epoch curve: runs/evaluate.py),
 runs fairseq-generate with the recipe's beam and length penalty, detokenises, and writes
 results.json with SacreBLEU (and its signature), tokenized and compound-split BLEU.
 """
@@ -216,7 +216,7 @@ results.json with SacreBLEU (and its signature), tokenized and compound-split BL
 
 def evaluate(argv=None):
     """``fairseq-ln-evaluate RUN_DIR...``: results.json in each run directory."""
-    from fairseq_layernorm_plugins.recipes.evaluate import evaluate as evaluate_run
+    from fairseq_layernorm_plugins.runs.evaluate import evaluate as evaluate_run
 
     parser = _parser(EVALUATE_DOC)
     parser.add_argument("run_dirs", nargs="+", help="run directories (with run.json), as fairseq-ln-train writes them")
@@ -253,13 +253,13 @@ def evaluate(argv=None):
 
 def table(argv=None):
     """``fairseq-ln-table PATHS --table T --out PREFIX``: see :mod:`~.recipes.report`."""
-    from fairseq_layernorm_plugins.recipes.report import main
+    from fairseq_layernorm_plugins.experiments.report import main
 
     main(argv)
 
 
 SUBMIT_DOC = """Submit a grid of runs (recipes x depths x seeds) to SLURM with submitit, one job per
-run, each training and then evaluating (see fairseq_layernorm_plugins/recipes/slurm.py):
+run, each training and then evaluating (see fairseq_layernorm_plugins/runs/slurm.py):
 
     fairseq-ln-submit wmt14/admin/postln wmt14/admin/preln wmt14/admin/admin \\
         --depths 6L-6L 12L-12L 18L-18L --seeds 1 2 3 --gpus 4 --partition gpu
@@ -270,8 +270,8 @@ run, each training and then evaluating (see fairseq_layernorm_plugins/recipes/sl
 
 def submit(argv=None):
     """``fairseq-ln-submit RECIPE... [options]``: one SLURM job per (recipe, depth, seed)."""
-    from fairseq_layernorm_plugins.recipes.slurm import grid, write_sbatch
-    from fairseq_layernorm_plugins.recipes.slurm import submit as submit_jobs
+    from fairseq_layernorm_plugins.runs.slurm import grid, write_sbatch
+    from fairseq_layernorm_plugins.runs.slurm import submit as submit_jobs
 
     parser = _parser(SUBMIT_DOC)
     parser.add_argument("recipes", nargs="+", help="recipe names, e.g. wmt14/admin/admin")

@@ -2,7 +2,7 @@
 
 Every list of methods in the scripts (the main job, the stability grid, the diagnostics,
 the GPU check, the throughput benchmark) comes from here, and so do the labels and colours
-of the training-curve plots (``recipes/report.py``).
+of the training-curve plots (``experiments/report.py``).
 Adding a method is one model module under ``models/`` (its fairseq model, its
 architectures via ``register_arch_family``, one ``register_method`` call) plus its recipes,
 ``configs/<setting>/<name>.yaml`` for each setting it should run in.

@@ -92,8 +92,8 @@ from pathlib import Path
 
 import torch
 
-from fairseq_layernorm_plugins.recipes import experiment, render
-from fairseq_layernorm_plugins.recipes.claim import (
+from fairseq_layernorm_plugins.experiments import experiment, render
+from fairseq_layernorm_plugins.experiments.claim import (
     UPDATES,
     budget,
     claim_dir,
@@ -103,7 +103,7 @@ from fairseq_layernorm_plugins.recipes.claim import (
     unfinished_records,
     unigram_of,
 )
-from fairseq_layernorm_plugins.recipes.experiment import REPO, seed_path
+from fairseq_layernorm_plugins.experiments.experiment import REPO, seed_path
 from fairseq_layernorm_plugins.recipes.specs import same_run
 
 DATA_DIRS = {"multi30k": "multi30k.de-en", "wikitext2": "wikitext-2"}  # under data/

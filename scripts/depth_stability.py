@@ -23,7 +23,7 @@ BIN = Path(sys.executable).parent
 
 def train_curve(data_bin, arch, args, save_dir):
     """Run fairseq-train; return the training loss logged at every update (nan if it blew up)."""
-    from fairseq_layernorm_plugins.recipes.curves import log_record
+    from fairseq_layernorm_plugins.experiments.curves import log_record
 
     cmd = [
         BIN / "fairseq-train",
@@ -111,7 +111,7 @@ def summarize(losses):
 
 
 def plot(curves, path, title):
-    from fairseq_layernorm_plugins.recipes.figures import pyplot, save_figure
+    from fairseq_layernorm_plugins.experiments.figures import pyplot, save_figure
 
     plt = pyplot()
 

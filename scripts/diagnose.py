@@ -77,7 +77,7 @@ def measure(data_bin, archs, depths, model_args, sentences, seed, lr, checkpoint
 
 
 def plot(results, out):
-    from fairseq_layernorm_plugins.recipes.figures import distinct_colours, pyplot, save_figure
+    from fairseq_layernorm_plugins.experiments.figures import distinct_colours, pyplot, save_figure
 
     plt = pyplot()
     archs = list(results)

@@ -30,8 +30,9 @@ import sys
 import time
 from pathlib import Path
 
-from fairseq_layernorm_plugins.recipes import experiment, specs
-from fairseq_layernorm_plugins.recipes.experiment import REPO, SHARED
+from fairseq_layernorm_plugins.experiments import experiment
+from fairseq_layernorm_plugins.experiments.experiment import REPO, SHARED
+from fairseq_layernorm_plugins.recipes import specs
 
 # corpus: (recipe directory, default data directory, minutes per method, updates per method,
 # updates per method in the depth column)
@@ -48,8 +49,8 @@ DEPTH_WIDTH, DEPTH_LR, DEPTH_WARMUP, DEPTH_TOKENS, DEPTH_VALIDATE = 64, 1e-3, 10
 def run_method(method, args):
     """Train (or resume) and evaluate one method; returns its results.json content."""
     from fairseq_layernorm_plugins.recipes.config import load_recipe
-    from fairseq_layernorm_plugins.recipes.evaluate import evaluate
-    from fairseq_layernorm_plugins.recipes.launch import run_dir
+    from fairseq_layernorm_plugins.runs.evaluate import evaluate
+    from fairseq_layernorm_plugins.runs.launch import run_dir
 
     recipe = load_recipe(f"{CORPORA[args.corpus][0]}/{method}").with_depth()
     run = run_dir(args.runs, recipe, args.seed)
@@ -91,7 +92,7 @@ def deep_recipe(method, args):
 def run_deep(method, args):
     """Train (or resume) one method's run of the depth column; returns its run directory. No
     test set: the verdict is the final validation NLL's (``report.depth_rows``)."""
-    from fairseq_layernorm_plugins.recipes.launch import run_dir
+    from fairseq_layernorm_plugins.runs.launch import run_dir
 
     recipe = deep_recipe(method, args)
     run = run_dir(args.runs, recipe, args.seed)
@@ -200,8 +201,8 @@ def main(argv=None):
     args.depth_updates = default_depth_updates if args.depth_updates is None else args.depth_updates
     args.jobs = args.jobs or max(1, min(len(methods), os.cpu_count() or 1))
 
-    from fairseq_layernorm_plugins.recipes import report
-    from fairseq_layernorm_plugins.recipes.curves import unigram_bits
+    from fairseq_layernorm_plugins.experiments import report
+    from fairseq_layernorm_plugins.experiments.curves import unigram_bits
 
     start = time.time()
     stamp = experiment.prepare_corpus(

@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Results tables and curve plots (the same as ``fairseq-ln-table``; see
-fairseq_layernorm_plugins/recipes/report.py or --help)."""
+fairseq_layernorm_plugins/experiments/report.py or --help)."""
 
 from fairseq_layernorm_plugins.cli import table
 

@@ -11,7 +11,7 @@ Each run is saved at its path relative to ``--root`` (default runs/claims) and r
 same path under it, from the saved folder or any folder in it; a run that trained as far on
 this machine is left as it is, and no run may be training where one is restored. A folder that
 cannot be saved is named and the others are saved (the exit status is then 1). What is
-carried: fairseq_layernorm_plugins/recipes/run_state.py; ``--numbered`` adds the update
+carried: fairseq_layernorm_plugins/runs/run_state.py; ``--numbered`` adds the update
 checkpoints that the mean of a run's last checkpoints is made of.
 """
 
@@ -30,7 +30,7 @@ def main(argv=None):
     parser.add_argument("--root", type=Path, default=REPO / "runs" / "claims", help="where runs live")
     parser.add_argument("--numbered", action="store_true", help="save: the update checkpoints too (model only)")
     args = parser.parse_args(argv)
-    from fairseq_layernorm_plugins.recipes import run_state
+    from fairseq_layernorm_plugins.runs import run_state
 
     try:
         if args.command == "save":

@@ -25,9 +25,10 @@ import shutil
 import time
 from pathlib import Path
 
-from fairseq_layernorm_plugins.recipes import experiment, render_grid, specs
-from fairseq_layernorm_plugins.recipes.curves import unigram_bits
-from fairseq_layernorm_plugins.recipes.experiment import REPO
+from fairseq_layernorm_plugins.experiments import experiment, render_grid
+from fairseq_layernorm_plugins.experiments.curves import unigram_bits
+from fairseq_layernorm_plugins.experiments.experiment import REPO
+from fairseq_layernorm_plugins.recipes import specs
 
 BUDGET = ("updates", "max_tokens", "width", "seed", "test_lines", "optimizer")  # what makes two grids' cells comparable
 

@@ -11,7 +11,7 @@ import pytest
 from conftest import PLUGIN_DIR, REPO, TINY_MODEL, run_cli
 
 from fairseq_layernorm_plugins import cpu_fp16
-from fairseq_layernorm_plugins.recipes.experiment import run_benchmark
+from fairseq_layernorm_plugins.experiments.experiment import run_benchmark
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 import cpu_precision  # noqa: E402

@@ -15,8 +15,8 @@ from conftest import REPO, run_cli, shared_data
 sys.path.insert(0, str(REPO / "scripts"))
 import claims  # noqa: E402
 
-from fairseq_layernorm_plugins.recipes import render  # noqa: E402
-from fairseq_layernorm_plugins.recipes.claim import Claim, Run, load_claims  # noqa: E402
+from fairseq_layernorm_plugins.experiments import render  # noqa: E402
+from fairseq_layernorm_plugins.experiments.claim import Claim, Run, load_claims  # noqa: E402
 
 
 def test_claims_are_read_from_their_yaml_file_and_a_bad_field_names_the_file(tmp_path):
@@ -55,7 +55,7 @@ TOY = Claim(
 @pytest.fixture(scope="module")
 def multi30k(tmp_path_factory):
     """Multi30k prepared once for this file's claims (20 test lines), as ``claims.py`` prepares it."""
-    from fairseq_layernorm_plugins.recipes import experiment
+    from fairseq_layernorm_plugins.experiments import experiment
 
     shared_data("multi30k", "task1_raw")
     data = tmp_path_factory.mktemp("multi30k")
@@ -64,7 +64,7 @@ def multi30k(tmp_path_factory):
 
 
 def end_of_epoch_lr(run_dir):
-    from fairseq_layernorm_plugins.recipes.curves import log_record
+    from fairseq_layernorm_plugins.experiments.curves import log_record
 
     records = [
         r for k, r in filter(None, map(log_record, (run_dir / "train.log").read_text().splitlines())) if k == "train"
@@ -75,9 +75,9 @@ def end_of_epoch_lr(run_dir):
 def test_a_copy_prepared_elsewhere_is_used_where_the_raw_files_cannot_be_had(tmp_path, capsys, monkeypatch, multi30k):
     """A node with neither network nor ../shared (a GPU node) trains from data/multi30k.de-en
     copied to it, as long as the copy was prepared with the same options and is complete."""
+    from fairseq_layernorm_plugins.experiments import experiment
     from fairseq_layernorm_plugins.prepare import fetch
     from fairseq_layernorm_plugins.prepare import multi30k as multi30k_data
-    from fairseq_layernorm_plugins.recipes import experiment
 
     monkeypatch.setattr(multi30k_data, "default_raw_dir", lambda: None)  # no ../shared
     monkeypatch.setattr(fetch.time, "sleep", lambda seconds: None)
@@ -335,8 +335,9 @@ def test_device_cuda_trains_each_run_on_the_gpu_and_says_so(tmp_path, monkeypatc
     names both. The launches are checked here, then trained on this CPU."""
     import torch
 
-    from fairseq_layernorm_plugins.recipes import evaluate, experiment
-    from fairseq_layernorm_plugins.recipes.launch import Launch
+    from fairseq_layernorm_plugins.experiments import experiment
+    from fairseq_layernorm_plugins.runs import evaluate
+    from fairseq_layernorm_plugins.runs.launch import Launch
 
     monkeypatch.setitem(claims.CLAIMS, "toy", Claim(**{**TOY.__dict__, "runs": TOY.runs[1:]}))
     args = ["toy", "--validate-every", "10", "--test-lines", "20", "--updates"]
@@ -602,8 +603,8 @@ def test_language_model_claim_end_to_end(tmp_path, monkeypatch):
     """A language-model claim (``corpus="wikitext2"``): decoder-only runs at their own depths on
     WikiText, validated by loss alone, scored by test perplexity, tabled per depth; stalled means
     not below the unigram entropy of the training text."""
-    from fairseq_layernorm_plugins.recipes import experiment
-    from fairseq_layernorm_plugins.recipes.curves import unigram_bits
+    from fairseq_layernorm_plugins.experiments import experiment
+    from fairseq_layernorm_plugins.experiments.curves import unigram_bits
 
     data = tmp_path / "wikitext-2"  # as fairseq-ln-prepare wikitext2 writes it, from the corpus' first lines
     data.mkdir()

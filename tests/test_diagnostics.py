@@ -234,7 +234,7 @@ def test_a_trained_checkpoint_is_measured_with_its_own_weights_and_options(mini_
 def test_plots_give_every_model_its_own_colour():
     """A diagnostics plot of 11 models (init, and checkpoints at several updates) has no two
     lines alike: matplotlib's default cycle repeats after 10."""
-    from fairseq_layernorm_plugins.recipes.figures import distinct_colours
+    from fairseq_layernorm_plugins.experiments.figures import distinct_colours
 
     for n in (1, 10, 11, 20, 21, 40):
         colours = distinct_colours(n)

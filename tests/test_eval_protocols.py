@@ -8,8 +8,8 @@ import json
 import pytest
 import torch
 
-from fairseq_layernorm_plugins.recipes import evaluate as ev
 from fairseq_layernorm_plugins.recipes.config import load_recipe
+from fairseq_layernorm_plugins.runs import evaluate as ev
 
 
 @pytest.fixture

@@ -15,14 +15,14 @@ from conftest import BIN, shared_data
 from fairseq_layernorm_plugins.prepare.iwslt14_mini import prepare as prepare_iwslt14_mini
 from fairseq_layernorm_plugins.prepare.textio import read_lines, write_lines
 from fairseq_layernorm_plugins.recipes.config import load_recipe
-from fairseq_layernorm_plugins.recipes.evaluate import (
+from fairseq_layernorm_plugins.runs.evaluate import (
     average_checkpoints,
     compound_split,
     evaluate,
     last_checkpoints,
     score,
 )
-from fairseq_layernorm_plugins.recipes.launch import Launch, run_save_dir, train
+from fairseq_layernorm_plugins.runs.launch import Launch, run_save_dir, train
 
 TINY_RECIPE = """
 tokens_per_update: 1000
@@ -189,7 +189,7 @@ def test_recipe_runs_under_fairseq_hydra_train(tiny_data_bin, tmp_path):
 def test_a_language_models_results_go_beside_it_only(tmp_path):
     """``out_dir`` keeps a second translation protocol's files apart; a language model's
     perplexity is written beside its run, so asking for another folder is refused."""
-    from fairseq_layernorm_plugins.recipes.evaluate import evaluate
+    from fairseq_layernorm_plugins.runs.evaluate import evaluate
 
     (tmp_path / "run.json").write_text(json.dumps({"task": "language_modeling"}))
     with pytest.raises(ValueError, match="written beside it"):

@@ -1,4 +1,4 @@
-"""The experiment harness (recipes/experiment.py) by itself: the status rule at its boundaries,
+"""The experiment harness (experiments/experiment.py) by itself: the status rule at its boundaries,
 the thread policy, parallel runs, scaled recipes, resumable run directories and results files."""
 
 import json
@@ -9,8 +9,8 @@ import time
 import pytest
 from conftest import REPO
 
-from fairseq_layernorm_plugins.recipes import curves, experiment
-from fairseq_layernorm_plugins.recipes.curves import first_error
+from fairseq_layernorm_plugins.experiments import curves, experiment
+from fairseq_layernorm_plugins.experiments.curves import first_error
 
 UNIGRAM = 8.07  # bits: the unigram entropy of Multi30k's training targets (docs/claims.md)
 

@@ -1,5 +1,6 @@
 """The GPU bundle (scripts/gpu/): collect, offline install, and the check's dry run."""
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -12,8 +13,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO, SHARED_DATA
 
-from fairseq_layernorm_plugins.recipes import render_check
-from fairseq_layernorm_plugins.recipes.curves import training_summary
+from fairseq_layernorm_plugins.experiments import gpu_check, render_check
+from fairseq_layernorm_plugins.experiments.curves import training_summary
 
 GPU = REPO / "scripts" / "gpu"
 
@@ -87,8 +88,10 @@ def test_collect_packs_the_project_and_refuses_an_oversized_bundle(tmp_path, mon
         "fairseq_layernorm_plugins/scripts/gpu/install.sh",
         "fairseq_layernorm_plugins/pyproject.toml",
         "fairseq_layernorm_plugins/fairseq_layernorm_plugins/__init__.py",
+        "fairseq_layernorm_plugins/fairseq_layernorm_plugins/runs/launch.py",  # the package's runs/, not the repo's
     } <= names
-    assert not any("/runs/" in n or "/data/iwslt" in n or "/.venv/" in n for n in names)
+    top = {n.split("/")[1] for n in names if n.count("/") > 1}
+    assert not top & {"runs", ".venv"} and not any("/data/iwslt" in n for n in names)
 
 
 def test_the_project_pack_leaves_out_runs_saved_part_trained(tmp_path):
@@ -221,10 +224,10 @@ def test_omega_comparison_flags_a_different_profile():
 
 def test_carried_keeps_finished_results_of_the_same_budget_with_the_machine_that_measured_them():
     old, new = {"date": "2026-11-26", "device": "H200"}, {"date": "2026-12-01", "device": "H100"}
-    budget = check.replace(check.GPU, deep_updates=50)
+    budget = check.replace(gpu_check.GPU, deep_updates=50)
     earlier = {
         "facts": new,
-        "budget": json.loads(json.dumps(check.asdict(budget))),
+        "budget": json.loads(json.dumps(dataclasses.asdict(budget))),
         "runs": [
             {"name": "a.preln.6L.fp16", "part": "a", "method": "preln", "precision": "fp16", "carried": old},
             {"name": "a.preln.6L.bf16", "part": "a", "method": "preln", "precision": "bf16"},
@@ -239,19 +242,19 @@ def test_carried_keeps_finished_results_of_the_same_budget_with_the_machine_that
         ],
         "decoding": [{"precision": "fp16"}, {"precision": "bf16", "not_run": "deadline"}],
     }
-    runs, benches = check.carried(earlier, budget, ["transformer_preln"])
+    runs, benches = gpu_check.carried(earlier, budget, ["transformer_preln"])
     assert {name: r["carried"] for name, r in runs.items()} == {
         "a.preln.6L.fp16": old,  # measured two checks ago: its machine, not the one that carried it
         "a.admin.6L.fp16": new,
         "d.admin.18L.fp16": new,
     }  # not a.preln.6L.bf16: part f has yet to decode with its checkpoint, which stayed on that machine
     assert sorted(benches) == [("c", "fp16"), ("f", "fp16")] and benches["c", "fp16"]["carried"] == new
-    assert "a.preln.6L.bf16" in check.carried(earlier, budget, ["transformer_preln"], parts="abcde")[0]
+    assert "a.preln.6L.bf16" in gpu_check.carried(earlier, budget, ["transformer_preln"], parts="abcde")[0]
     # throughput that did not time every arch asked for now, or another budget: measured again
-    assert ("c", "fp16") not in check.carried(earlier, budget, ["transformer_preln", "transformer_dyt"])[1]
+    assert ("c", "fp16") not in gpu_check.carried(earlier, budget, ["transformer_preln", "transformer_dyt"])[1]
     # ... unless this check does not measure throughput at all: then it is kept as it was
-    assert ("c", "fp16") in check.carried(earlier, budget, ["transformer_preln", "transformer_dyt"], parts="af")[1]
-    assert check.carried(earlier, check.GPU) == check.carried(None, budget) == ({}, {})
+    assert ("c", "fp16") in gpu_check.carried(earlier, budget, ["transformer_preln", "transformer_dyt"], parts="af")[1]
+    assert gpu_check.carried(earlier, gpu_check.GPU) == gpu_check.carried(None, budget) == ({}, {})
 
 
 def test_carried_from_names_each_machine_once_in_the_order_measured():
@@ -259,16 +262,16 @@ def test_carried_from_names_each_machine_once_in_the_order_measured():
     h100 = {"date": "2026-11-27", "device": "H100", "torch": "2.11"}
     # the H100 checked over two calls, the second carrying the first's results
     earlier = {"facts": dict(h100), "carried_from": [h200, dict(h100)]}
-    assert check.carried_from(earlier) == [h200, h100]
-    assert check.carried_from({"facts": h200}) == [h200]
+    assert gpu_check.carried_from(earlier) == [h200, h100]
+    assert gpu_check.carried_from({"facts": h200}) == [h200]
     report = {"facts": h200 | {"cuda": "13.0", "python": "3.12"}, "minutes": 1.0, "command": "c"}
-    report |= {"budget": {"generate": []}, "runs": [], "carried_from": check.carried_from(earlier)}
+    report |= {"budget": {"generate": []}, "runs": [], "carried_from": gpu_check.carried_from(earlier)}
     markdown = render_check.check_report(report, 1e-6)
     assert markdown.count("H100 (torch") == 1 and markdown.count("Carried (not measured again)") == 2
 
 
 def test_plan_trains_the_runs_parts_b_and_f_need_whatever_the_methods():
-    names = lambda parts, methods: [r.name for r in check.plan(parts, check.GPU, methods)]
+    names = lambda parts, methods: [r.name for r in gpu_check.plan(parts, gpu_check.GPU, methods)]
     assert names("af", ["admin"]) == [f"a.{m}.6L.{p}" for m in ("preln", "admin") for p in ("fp16", "bf16")]
     assert names("b", ["dyt"]) == ["a.admin.6L.fp16", "a.admin.6L.bf16", "b.admin.6L.fp32"]
     assert names("a", ["dyt", "postln"]) == [f"a.{m}.6L.{p}" for m in ("postln", "dyt") for p in ("fp16", "bf16")]
@@ -291,13 +294,13 @@ def test_check_methods_default_to_every_recipe_and_the_papers_six_on_a_dry_run()
     from fairseq_layernorm_plugins.methods import PAPER_METHODS, method_names
 
     every = method_names("iwslt14_mini")
-    assert check.chosen_methods(None, False) == check.chosen_methods("all", True)
-    assert [m for m in check.chosen_methods(None, False) if m != "b2t_noln"] == every
+    assert gpu_check.chosen_methods(None, False) == gpu_check.chosen_methods("all", True)
+    assert [m for m in gpu_check.chosen_methods(None, False) if m != "b2t_noln"] == every
     assert len(every) > len(PAPER_METHODS)  # the newer methods run on the GPU, not in the dry run
-    assert check.chosen_methods(None, True) == [*PAPER_METHODS[:5], "b2t_noln", PAPER_METHODS[5]]
-    assert check.chosen_methods("deepnet,postln", False) == ["postln", "deepnet"]
+    assert gpu_check.chosen_methods(None, True) == [*PAPER_METHODS[:5], "b2t_noln", PAPER_METHODS[5]]
+    assert gpu_check.chosen_methods("deepnet,postln", False) == ["postln", "deepnet"]
     with pytest.raises(ValueError, match="unknown method"):
-        check.chosen_methods("postln,sandwich", False)
+        gpu_check.chosen_methods("postln,sandwich", False)
 
 
 def test_check_leaves_what_it_measured_when_stopped_mid_way(check_data, tmp_path, monkeypatch):
@@ -307,12 +310,12 @@ def test_check_leaves_what_it_measured_when_stopped_mid_way(check_data, tmp_path
     measured = {"train": log, "valid": [{"loss": 9.0}], "end": {"update": 8}}
     runs = tmp_path / "runs"
     for method in ("preln", "admin"):  # finished earlier: read, not trained
-        run = check.Run("a", method, "fp16", 2, 8)
+        run = gpu_check.Run("a", method, "fp16", 2, 8)
         record = {
             **training_summary(measured),
-            **check.asdict(run),
+            **dataclasses.asdict(run),
             "name": run.name,
-            "label": check.METHODS[method][2],
+            "label": gpu_check.METHODS[method][2],
         }
         (runs / run.name).mkdir(parents=True)
         (runs / run.name / "check.json").write_text(json.dumps(record))
@@ -337,9 +340,9 @@ def test_check_keeps_carried_results_beyond_its_parts_and_methods(check_data, tm
     summary = training_summary({"train": log, "valid": [{"loss": 9.0}], "end": {"update": 8}})
     record = lambda part, method, layers: {
         **summary,
-        **check.asdict(check.Run(part, method, "fp16", layers, 8)),
-        "name": check.Run(part, method, "fp16", layers, 8).name,
-        "label": check.METHODS[method][2],
+        **dataclasses.asdict(gpu_check.Run(part, method, "fp16", layers, 8)),
+        "name": gpu_check.Run(part, method, "fp16", layers, 8).name,
+        "label": gpu_check.METHODS[method][2],
     }
     runs = tmp_path / "runs"
     (runs / "a.dyt.2L.fp16").mkdir(parents=True)  # this check's one run, finished on this machine: read
@@ -349,7 +352,7 @@ def test_check_keeps_carried_results_beyond_its_parts_and_methods(check_data, tm
     row |= {"tokens_per_sentence": 12.25}
     earlier = {
         "facts": old,
-        "budget": json.loads(json.dumps(check.asdict(check.DRY))),
+        "budget": json.loads(json.dumps(dataclasses.asdict(gpu_check.DRY))),
         "runs": [record("a", "mixln", 2), record("d", "admin", 3), record("a", "preln", 2), record("a", "admin", 2)],
         "throughput": [
             {"precision": "fp16", "device": "cuda", "command": "throughput.py", "archs": {"transformer_preln": row}}
@@ -401,8 +404,8 @@ def test_check_dry_run_trains_scores_and_resumes(check_data, tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads((out / "check.json").read_text())
     trained = {r["name"]: r for r in report["runs"]}
-    assert set(trained) == {f"a.{m}.2L.fp16" for m in check.chosen_methods(None, True)} | {
-        f"d.{m}.3L.fp16" for m in check.DEEP
+    assert set(trained) == {f"a.{m}.2L.fp16" for m in gpu_check.chosen_methods(None, True)} | {
+        f"d.{m}.3L.fp16" for m in gpu_check.DEEP
     } | {"b.admin.2L.fp32"}
     for r in trained.values():
         assert "error" not in r and r["finite"] and r["updates"] == (1 if r["part"] == "b" else 8)

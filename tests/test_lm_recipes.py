@@ -4,12 +4,12 @@ flag, and a language-model recipe trained, scored by fairseq-eval-lm and put in 
 import pytest
 from conftest import LM_WORDS
 
+from fairseq_layernorm_plugins.experiments.report import collect, render, table_rows
 from fairseq_layernorm_plugins.methods import method_names
 from fairseq_layernorm_plugins.recipes.config import load_recipe
-from fairseq_layernorm_plugins.recipes.evaluate import evaluate
-from fairseq_layernorm_plugins.recipes.launch import Launch, train
-from fairseq_layernorm_plugins.recipes.perplexity import read_eval_lm
-from fairseq_layernorm_plugins.recipes.report import collect, render, table_rows
+from fairseq_layernorm_plugins.runs.evaluate import evaluate
+from fairseq_layernorm_plugins.runs.launch import Launch, train
+from fairseq_layernorm_plugins.runs.perplexity import read_eval_lm
 
 # B2T (Takase et al. 2023) Table 3, perplexity (valid, test) on WikiText-103
 TABLE_3 = {

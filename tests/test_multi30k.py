@@ -16,11 +16,11 @@ import threading
 import pytest
 from conftest import REPO, shared_data
 
+from fairseq_layernorm_plugins.experiments.curves import read_log_curves, unigram_bits
 from fairseq_layernorm_plugins.methods import PAPER_METHODS, method_names
 from fairseq_layernorm_plugins.prepare import fetch, multi30k
 from fairseq_layernorm_plugins.prepare.textio import DataError, read_lines
 from fairseq_layernorm_plugins.recipes.config import load_recipe
-from fairseq_layernorm_plugins.recipes.curves import read_log_curves, unigram_bits
 
 sys.path.insert(0, str(REPO / "scripts"))
 import main_job  # noqa: E402

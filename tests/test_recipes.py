@@ -9,7 +9,7 @@ import pytest
 from conftest import parse
 
 from fairseq_layernorm_plugins.recipes.config import RecipeError, fairseq_flags, list_recipes, load_recipe, merge
-from fairseq_layernorm_plugins.recipes.launch import Launch, batch_plan, run_logged
+from fairseq_layernorm_plugins.runs.launch import Launch, batch_plan, run_logged
 
 ALL = [(name, depth) for name in list_recipes() for depth in load_recipe(name).depths or [None]]
 

@@ -1,4 +1,4 @@
-"""Carrying a run that is still training to another machine (recipes/run_state.py,
+"""Carrying a run that is still training to another machine (runs/run_state.py,
 scripts/run_state.py): what is saved, and that the run restored from it trains on exactly as
 the run that never moved."""
 
@@ -12,7 +12,7 @@ import torch
 from conftest import REPO
 from helpers.in_process import fairseq_train
 
-from fairseq_layernorm_plugins.recipes import run_state
+from fairseq_layernorm_plugins.runs import run_state
 
 # dropout on, so the restored run must also draw the same masks; validated and saved every 4
 # updates; the first validation "best" (the loss maximised), so the best checkpoint is an old one

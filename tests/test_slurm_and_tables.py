@@ -11,10 +11,10 @@ import time
 
 import pytest
 
-from fairseq_layernorm_plugins.recipes.curves import read_log_curves
-from fairseq_layernorm_plugins.recipes.report import main as make_table
-from fairseq_layernorm_plugins.recipes.report import render, table_rows
-from fairseq_layernorm_plugins.recipes.slurm import grid, submit, write_sbatch
+from fairseq_layernorm_plugins.experiments.curves import read_log_curves
+from fairseq_layernorm_plugins.experiments.report import main as make_table
+from fairseq_layernorm_plugins.experiments.report import render, table_rows
+from fairseq_layernorm_plugins.runs.slurm import grid, submit, write_sbatch
 
 TINY = """
 tokens_per_update: 1000
@@ -258,8 +258,8 @@ def test_log_curves_of_a_resumed_run_keep_the_second_telling_of_the_rerun_stretc
 
 RANK_WORKER = """
 import sys
-from fairseq_layernorm_plugins.recipes.launch import Launch, train
-from fairseq_layernorm_plugins.recipes.slurm import grid
+from fairseq_layernorm_plugins.runs.launch import Launch, train
+from fairseq_layernorm_plugins.runs.slurm import grid
 run = grid(["iwslt14/admin"], None, [1], data=sys.argv[1], runs=sys.argv[2], gpus=2)[0]
 launch = run.launch()
 launch.train_entry = sys.argv[3]

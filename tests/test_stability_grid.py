@@ -12,7 +12,7 @@ from conftest import REPO, shared_data
 sys.path.insert(0, str(REPO / "scripts"))
 import stability_grid  # noqa: E402
 
-from fairseq_layernorm_plugins.recipes.curves import unigram_bits  # noqa: E402
+from fairseq_layernorm_plugins.experiments.curves import unigram_bits  # noqa: E402
 
 
 def test_unigram_bits_is_entropy_of_target_tokens_with_end_of_sentence(tmp_path):

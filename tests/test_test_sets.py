@@ -12,8 +12,8 @@ from test_evaluate import TINY_RECIPE, sacrebleu_cli
 from fairseq_layernorm_plugins.prepare import wmt14
 from fairseq_layernorm_plugins.prepare.textio import DataError, read_lines, write_lines
 from fairseq_layernorm_plugins.recipes.config import load_recipe
-from fairseq_layernorm_plugins.recipes.evaluate import evaluate
-from fairseq_layernorm_plugins.recipes.launch import Launch, train
+from fairseq_layernorm_plugins.runs.evaluate import evaluate
+from fairseq_layernorm_plugins.runs.launch import Launch, train
 
 LINES = 60
 

@@ -1,2 +1,5 @@
-"""The papers' recipes (configs/) and the tools that run them: training launcher,
-evaluation, results tables and SLURM submission. Not imported by ``--user-dir``."""
+"""The papers' recipes: ``configs/<family>/<method>.yaml`` loaded and merged (``config``) and
+checked against fairseq's own option dataclasses (``specs``). Not imported by ``--user-dir``.
+
+Beside it: ``runs/`` trains, submits and scores one recipe's run; ``experiments/`` compares
+many runs (claims, the grid, tables and plots)."""

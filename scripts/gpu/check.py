@@ -26,16 +26,11 @@ f. ``benchmarks/decoding.py`` on part a's Pre-LN model of each precision: beam-s
    the training runs, alone on the GPU).
 
 Resumable: a run with results (``RUNS/<name>/check.json``) is not run again (``--force``
-reruns). A lease-sized machine finishes the check over several calls or machines:
-``--deadline M`` starts no run or benchmark after M minutes (those are reported "not run"; what
-runs then goes on to its end, and OUT's check.json and check.md are rewritten after each run and
-benchmark, so a machine taken back mid-way leaves what was done) and
-``--carry OLD/check.json`` takes an earlier check's results as they are (runs of the same
-budget, benchmarks of each precision without an error), so that only what is missing runs:
+reruns). ``--deadline M`` starts nothing after M minutes and ``--carry OLD/check.json`` keeps an
+earlier check's results, so that a lease-sized machine finishes the check over several calls
+(docs/cluster.md):
 
     python scripts/gpu/check.py --out gpu_check --carry docs/gpu/check.json --deadline 5 --jobs 8
-
-A carried run without BLEU stays without it (its checkpoints stayed on the other machine).
 
 ``--device cpu``: every part in fairseq's own fp16 and bf16 paths on a CPU (and fp32
 beside them), at 6L-6L / 18L-18L d=64 for 80 / 40 updates: what a 2-core CPU finishes (a CPU
@@ -50,178 +45,30 @@ import json
 import shlex
 import sys
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from fairseq_layernorm_plugins.atomic import write_json, write_text  # noqa: E402
-from fairseq_layernorm_plugins.methods import METHODS as REGISTRY  # noqa: E402
-from fairseq_layernorm_plugins.methods import method_names  # noqa: E402
-from fairseq_layernorm_plugins.recipes import experiment, render_check  # noqa: E402
-from fairseq_layernorm_plugins.recipes.config import load_recipe  # noqa: E402
-
-# method: (recipe under configs/iwslt14_mini and configs/iwslt14, extra fairseq flags, label): every
-# registered method with an IWSLT14-mini recipe, and B2T without LayerNorm beside B2T
-METHODS = {}
-for _name in method_names("iwslt14_mini"):
-    METHODS[_name] = (_name, [], REGISTRY[_name].label)
-    if _name == "b2t":
-        METHODS["b2t_noln"] = ("b2t", ["--b2t-no-layer-norm"], "B2T w/o LN")
-DEEP = ("postln", "admin", "b2t", "preln")
-PARTS = "abcdef"
-BENCHMARKS = {"c": "throughput", "f": "decoding"}  # the benchmark parts and their check.json keys
-OMEGA_TOLERANCE = 1e-4  # relative; fp16 / bf16 profiling must be the fp32 one
-
-
-@dataclass(frozen=True)
-class Budget:
-    updates: int
-    deep_updates: int
-    dim: int
-    ffn: int
-    tokens: int
-    log_interval: int
-    precisions: tuple
-    bench: tuple  # benchmarks/throughput.py arguments
-    decode: tuple  # benchmarks/decoding.py arguments
-    generate: tuple = ()  # decoding settings over the recipe's (beam 5, last checkpoint)
-    layers: int = 6  # transformer_iwslt_de_en's
-    deep_layers: int = 18  # the deep claims' (Admin Table 2, B2T Table 1)
-    heads: int = 4  # transformer_iwslt_de_en's
-
-
-GPU = Budget(
-    updates=300,
-    deep_updates=300,
-    dim=512,
-    ffn=1024,
-    tokens=4096,
-    log_interval=10,
-    precisions=("fp16", "bf16"),
-    bench=("--layers", "6", "--dim", "512", "--max-tokens", "4096", "--reps", "10"),
-    decode=("--beam", "5", "--batch-size", "128", "--reps", "5"),
+from fairseq_layernorm_plugins.experiments import experiment, render_check  # noqa: E402
+from fairseq_layernorm_plugins.experiments.gpu_check import (  # noqa: E402
+    BENCHMARKS,
+    CPU,
+    DRY,
+    GPU,
+    METHODS,
+    OMEGA_TOLERANCE,
+    PARTS,
+    REGISTRY,
+    carried,
+    carried_from,
+    chosen_methods,
+    plan,
+    run_recipe,
+    unfinished,
 )
-CPU = Budget(
-    updates=80,
-    deep_updates=40,
-    dim=64,
-    ffn=256,
-    tokens=1024,
-    log_interval=5,
-    precisions=("fp16", "bf16", "fp32"),
-    bench=("--layers", "2", "--dim", "64", "--max-tokens", "1024", "--reps", "3", "--no-memory"),
-    decode=("--beam", "5", "--batch-size", "50", "--reps", "1"),
-    # models this short-trained write to the length limit: keep their translations short
-    generate=(("beam", 5), ("extra", ["--max-len-a", "1.2", "--max-len-b", "10"])),
-)
-DRY = Budget(
-    updates=8,
-    deep_updates=8,
-    layers=2,
-    deep_layers=3,
-    dim=32,
-    ffn=64,
-    heads=2,
-    tokens=1024,
-    log_interval=1,
-    precisions=("fp16",),
-    bench=("--layers", "1", "--dim", "32", "--max-tokens", "512", "--reps", "1", "--warmup", "1", "--no-memory"),
-    decode=("--beam", "2", "--batch-size", "16", "--reps", "1"),
-    generate=(("beam", 2), ("extra", ["--max-len-a", "1.2", "--max-len-b", "5"])),
-)
-
-
-@dataclass(frozen=True)
-class Run:
-    part: str  # "a", "b" or "d"
-    method: str
-    precision: str
-    layers: int
-    updates_planned: int
-
-    @property
-    def name(self):
-        return f"{self.part}.{self.method}.{self.layers}L.{self.precision}"
-
-
-def chosen_methods(methods, dry_run):
-    """The part-a methods ``--methods`` names (comma-separated keys of METHODS; "all", the default:
-    every one; on a dry run the default is the papers' six and B2T w/o LN), in METHODS order."""
-    from fairseq_layernorm_plugins.methods import PAPER_METHODS, pick_methods
-
-    default = [m for m in METHODS if METHODS[m][0] in PAPER_METHODS] if dry_run else list(METHODS)
-    chosen = pick_methods(methods, list(METHODS), default)
-    return [m for m in METHODS if m in chosen]
-
-
-def plan(parts, budget, methods):
-    """The training runs the parts need for part a's ``methods``, in the order they are started
-    (deep ones first: longest)."""
-    runs = []
-    if "d" in parts:
-        runs += [Run("d", m, budget.precisions[0], budget.deep_layers, budget.deep_updates) for m in DEEP]
-    if "a" in parts or "b" in parts or "f" in parts:
-        # the runs part b (Admin) and part f (Pre-LN) need, whatever part a's methods
-        needed = [m for m, part in (("admin", "b"), ("preln", "f")) if part in parts]
-        methods = [m for m in METHODS if m in (methods if "a" in parts else []) or m in needed]
-        runs += [Run("a", m, p, budget.layers, budget.updates) for m in methods for p in budget.precisions]
-    if "b" in parts:
-        runs.append(Run("b", "admin", "fp32", budget.layers, 1))
-    return runs
-
-
-def run_recipe(run, budget):
-    """The method's IWSLT14-mini recipe at the run's depth and the check's model size, with
-    the full IWSLT14 recipe's peak lr."""
-    name = METHODS[run.method][0]
-    return experiment.scaled_recipe(
-        f"iwslt14_mini/{name}",
-        f"{run.layers}L-{run.layers}L",
-        experiment.model_size(budget.dim, budget.ffn, budget.heads),
-        updates=run.updates_planned,
-        tokens=budget.tokens,
-        lr=load_recipe(f"iwslt14/{name}").fairseq["optimization"]["lr"],
-        log_interval=budget.log_interval,
-        generate=dict(budget.generate),
-        overrides={
-            "precision": run.precision,
-            "fairseq": {"checkpoint": {"no_save": False, "no_epoch_checkpoints": True}},
-        },
-    )
-
-
-def carried(earlier, budget, archs=(), parts=PARTS):
-    """What an earlier check.json (``--carry``) measured and this one need not measure again,
-    when it ran under the same budget (nothing otherwise): ({run name: record} of its finished
-    runs, {(part, precision): benchmark} of its benchmarks without an error, the throughput ones
-    only where they timed every arch of ``archs``), each marked with the facts of the check that
-    measured it (the earlier one's, or those it carried itself). A Pre-LN run of part a is not
-    carried while part f (of ``parts``) still has to decode with its checkpoint; part c's
-    throughput, when part c is not in ``parts``, is carried whatever archs it timed."""
-    if earlier is None or json.loads(json.dumps(asdict(budget))) != earlier["budget"]:
-        return {}, {}
-    mark = {"carried": earlier["facts"]}
-    complete = lambda part, b: part != "c" or part not in parts or set(archs) <= set(b["archs"])
-    benches = {
-        (part, b["precision"]): {**mark, **b}
-        for part, key in BENCHMARKS.items()
-        for b in earlier.get(key, [])
-        if "error" not in b and "not_run" not in b and complete(part, b)
-    }
-    decoded = lambda r: (
-        "f" not in parts or r["method"] != "preln" or r["part"] != "a" or ("f", r["precision"]) in benches
-    )
-    runs = {r["name"]: {**mark, **r} for r in earlier["runs"] if "error" not in r and "not_run" not in r and decoded(r)}
-    return runs, benches
-
-
-def carried_from(earlier):
-    """The facts of each machine whose results an earlier check.json holds, its own last, each
-    once (a check carried over two calls on one machine names that machine once)."""
-    facts = [*earlier.get("carried_from", []), earlier["facts"]]
-    return [f for i, f in enumerate(facts) if f not in facts[:i]]
 
 
 def train_run(run, args):
@@ -390,7 +237,6 @@ def main(argv=None):
         for run, record in experiment.parallel(lambda run: evaluate_run(trained[run], args), runs, args.jobs):
             trained[run] = record
             save()
-    records = report["runs"]
     if "f" in args.parts:  # part a's Pre-LN model of each precision, after the training runs, alone on the device
         preln = {r.precision: Path(args.runs) / r.name for r in runs if r.part == "a" and r.method == "preln"}
         checkpoint = lambda p: preln[p] / "checkpoints" / "checkpoint_last.pt"
@@ -401,12 +247,7 @@ def main(argv=None):
             for p in budget.precisions
         ]
     print(save(final=True))
-    entries = [(r["name"], r) for r in records] + [
-        (f"{part} {b['precision']}", b) for part in BENCHMARKS.values() for b in report.get(part, [])
-    ]
-    failed = [name for name, entry in entries if "error" in entry]
-    not_run = [name for name, entry in entries if "not_run" in entry]
-    not_run += [f"{r['name']} BLEU" for r in records if "bleu_not_run" in r]
+    failed, not_run = unfinished(report)
     if failed:
         print(f"check: failed: {', '.join(failed)}", file=sys.stderr)
     if not_run:

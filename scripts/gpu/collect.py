@@ -214,7 +214,7 @@ def pack_project(output, repo=REPO):
     ``fairseq_layernorm_plugins/``, but for the runs saved there part-trained (``scripts/run_state.py``:
     tens of MB of checkpoints, carried to a node on their own); written to a temp file, then renamed."""
     from fairseq_layernorm_plugins.atomic import atomic_path
-    from fairseq_layernorm_plugins.recipes.run_state import LAST, STATE
+    from fairseq_layernorm_plugins.runs.run_state import LAST, STATE
 
     names = tracked_files(repo)
     saved_runs = {

@@ -15,9 +15,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from fairseq_layernorm_plugins.atomic import write_json
-from fairseq_layernorm_plugins.recipes import experiment, specs
-from fairseq_layernorm_plugins.recipes.curves import read_log_curves, unigram_bits
-from fairseq_layernorm_plugins.recipes.curves import status as health_of
+from fairseq_layernorm_plugins.experiments import experiment
+from fairseq_layernorm_plugins.experiments.curves import read_log_curves, unigram_bits
+from fairseq_layernorm_plugins.experiments.curves import status as health_of
+from fairseq_layernorm_plugins.recipes import specs
 
 LANGUAGE_MODEL_CORPORA = ("wikitext2",)
 BUDGET = ("updates", "validate_every", "max_tokens", "seed")  # with each run's spec: what makes runs comparable
@@ -290,7 +291,7 @@ def averaged_score(run_dir, cpu=True):
     where fewer were kept, checkpoint_last.pt where none was), scored in RUN/averageN/ beside
     checkpoint_best.pt's results; {"averaged_error"} when fairseq-generate failed. The mean
     itself is not kept."""
-    from fairseq_layernorm_plugins.recipes.evaluate import evaluate
+    from fairseq_layernorm_plugins.runs.evaluate import evaluate
 
     out = Path(run_dir) / f"average{AVERAGE_LAST}"
     try:

@@ -4,7 +4,7 @@ cells as a Markdown table and a heat map of the final validation NLL."""
 from pathlib import Path
 
 from fairseq_layernorm_plugins.atomic import write_text
-from fairseq_layernorm_plugins.recipes.figures import pyplot, save_figure
+from fairseq_layernorm_plugins.experiments.figures import pyplot, save_figure
 
 
 def grid_progress(key, cell):

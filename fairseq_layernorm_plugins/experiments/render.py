@@ -10,9 +10,9 @@ import math
 from pathlib import Path
 
 from fairseq_layernorm_plugins.atomic import write_text
-from fairseq_layernorm_plugins.recipes.claim import UPDATES
-from fairseq_layernorm_plugins.recipes.experiment import seed_results
-from fairseq_layernorm_plugins.recipes.figures import pyplot, save_figure
+from fairseq_layernorm_plugins.experiments.claim import UPDATES
+from fairseq_layernorm_plugins.experiments.experiment import seed_results
+from fairseq_layernorm_plugins.experiments.figures import pyplot, save_figure
 from fairseq_layernorm_plugins.recipes.specs import without_defaults
 
 
@@ -551,7 +551,7 @@ def nll_and_bleu(validation):
 
 def averaged_range(record):
     """The checkpoints a converged run's averaged score is the mean of, as "N: updates A-B"."""
-    from fairseq_layernorm_plugins.recipes.checkpoints import checkpoint_update
+    from fairseq_layernorm_plugins.runs.checkpoints import checkpoint_update
 
     if "averaged_error" in record:
         return f"failed: {record['averaged_error']}"

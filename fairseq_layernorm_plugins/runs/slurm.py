@@ -13,8 +13,8 @@ from pathlib import Path
 
 from fairseq_layernorm_plugins.atomic import write_text
 from fairseq_layernorm_plugins.recipes.config import CONFIG_DIR, load_recipe
-from fairseq_layernorm_plugins.recipes.evaluate import evaluate
-from fairseq_layernorm_plugins.recipes.launch import Launch, data_bin, run_dir, train
+from fairseq_layernorm_plugins.runs.evaluate import evaluate
+from fairseq_layernorm_plugins.runs.launch import Launch, data_bin, run_dir, train
 
 
 @dataclass

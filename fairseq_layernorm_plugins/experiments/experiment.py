@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import NamedTuple
 
 from fairseq_layernorm_plugins.atomic import write_json
+from fairseq_layernorm_plugins.experiments.curves import first_error, read_log_curves, status, training_summary
 from fairseq_layernorm_plugins.recipes import specs
 from fairseq_layernorm_plugins.recipes.config import Recipe, load_recipe, merge
-from fairseq_layernorm_plugins.recipes.curves import first_error, read_log_curves, status, training_summary
-from fairseq_layernorm_plugins.recipes.launch import Launch, data_bin, train
+from fairseq_layernorm_plugins.runs.launch import Launch, data_bin, train
 
 REPO = Path(__file__).resolve().parents[2]  # the checkout (the package is installed editable)
 SHARED = REPO.parent / "shared" / "data"
@@ -166,7 +166,7 @@ def train_and_test(recipe, run_dir, data, seed, extra, bleu="sacrebleu", precisi
     unless given), then the test set translated by the recipe's protocol (``evaluate.py``, on the
     same device) and scored by ``bleu`` ("sacrebleu" or "tokenized"); a language model's
     scored by its test perplexity."""
-    from fairseq_layernorm_plugins.recipes.evaluate import evaluate
+    from fairseq_layernorm_plugins.runs.evaluate import evaluate
 
     start = time.time()
     error = run_training(recipe, run_dir, data, seed, extra, precision, cpu_workers)
@@ -213,7 +213,7 @@ def train_once(recipe, done, record, data, seed, extra=(), precision=None, cpu_w
 def test_scores(run_dir, cpu=None):
     """The test set translated by the run's recipe protocol (``evaluate.py``): {"bleu": {metric:
     score}, "sentences"}, or {"bleu_error": the first line of why not}."""
-    from fairseq_layernorm_plugins.recipes.evaluate import evaluate
+    from fairseq_layernorm_plugins.runs.evaluate import evaluate
 
     try:
         result = evaluate(run_dir, cpu=cpu, echo=lambda *a: None)

@@ -35,7 +35,7 @@ import torch
 
 from fairseq_layernorm_plugins._compat import load_checkpoint
 from fairseq_layernorm_plugins.atomic import atomic_directory, atomic_path, write_json
-from fairseq_layernorm_plugins.recipes.checkpoints import numbered_checkpoints
+from fairseq_layernorm_plugins.runs.checkpoints import numbered_checkpoints
 
 STATE = "state.json"  # in a saved run: where it lives, its updates, its checkpoints, when saved
 LAST, BEST = "checkpoint_last.pt", "checkpoint_best.pt"

@@ -46,7 +46,7 @@ from sacremoses import MosesDetokenizer
 from fairseq_layernorm_plugins.atomic import write_json
 from fairseq_layernorm_plugins.prepare.moses import Tokenize
 from fairseq_layernorm_plugins.prepare.textio import read_lines, write_lines
-from fairseq_layernorm_plugins.recipes.checkpoints import (
+from fairseq_layernorm_plugins.runs.checkpoints import (
     BEST_PROTOCOL,
     average_checkpoints,
     best_checkpoint,
@@ -55,8 +55,8 @@ from fairseq_layernorm_plugins.recipes.checkpoints import (
     numbered_checkpoints,
     window_checkpoints,
 )
-from fairseq_layernorm_plugins.recipes.launch import BIN, PLUGIN_DIR, run_logged, run_save_dir
-from fairseq_layernorm_plugins.recipes.perplexity import evaluate_lm
+from fairseq_layernorm_plugins.runs.launch import BIN, PLUGIN_DIR, run_logged, run_save_dir
+from fairseq_layernorm_plugins.runs.perplexity import evaluate_lm
 
 _COMPOUND = re.compile(r"(\S)-(\S)")
 

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 from fairseq_layernorm_plugins.atomic import atomic_path, write_text
-from fairseq_layernorm_plugins.recipes.curves import first_error, read_log_curves, status
-from fairseq_layernorm_plugins.recipes.figures import pyplot, save_figure
+from fairseq_layernorm_plugins.experiments.curves import first_error, read_log_curves, status
+from fairseq_layernorm_plugins.experiments.figures import pyplot, save_figure
 
 
 def collect(paths):
@@ -82,7 +82,7 @@ def result_scores(result):
     translation run's BLEU in the paper's ``compare`` metric (suffix ""), a language model's
     perplexity on each of valid and test (suffixes " valid", " test")."""
     paper = result.get("paper") or {}
-    if "perplexity" in result:  # recipes/perplexity.py
+    if "perplexity" in result:  # runs/perplexity.py
         reported = (paper.get("perplexity") or {}).get(result["depth"])
         return {
             f" {subset}": (

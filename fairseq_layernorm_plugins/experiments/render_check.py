@@ -4,9 +4,9 @@ training losses of parts a and d as check.png, from the report dict check.json h
 from pathlib import Path
 
 from fairseq_layernorm_plugins.atomic import write_text
+from fairseq_layernorm_plugins.experiments.figures import pyplot, save_figure
+from fairseq_layernorm_plugins.experiments.render import number
 from fairseq_layernorm_plugins.methods import COLOURS
-from fairseq_layernorm_plugins.recipes.figures import pyplot, save_figure
-from fairseq_layernorm_plugins.recipes.render import number
 
 
 def _training_table(records, title):

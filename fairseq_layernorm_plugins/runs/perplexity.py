@@ -13,14 +13,14 @@ from pathlib import Path
 import torch
 
 from fairseq_layernorm_plugins.atomic import write_json
-from fairseq_layernorm_plugins.recipes.checkpoints import (
+from fairseq_layernorm_plugins.runs.checkpoints import (
     BEST_PROTOCOL,
     average_checkpoints,
     best_checkpoint,
     existing,
     last_checkpoints,
 )
-from fairseq_layernorm_plugins.recipes.launch import BIN, PLUGIN_DIR, run_logged, run_save_dir
+from fairseq_layernorm_plugins.runs.launch import BIN, PLUGIN_DIR, run_logged, run_save_dir
 
 SUBSETS = ("valid", "test")
 EVAL_LM = {"batch_size": 2, "tokens_per_sample": 512, "context_window": 400}  # fairseq's language-model README
