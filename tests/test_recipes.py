@@ -250,11 +250,13 @@ def test_admin_wmt14_paper_text_has_attention_and_activation_dropout(tiny_data_b
 
 
 def test_tfixup_and_preln_iwslt14_as_their_authors(tiny_data_bin):
+    """T-Fixup IWSLT14 in fp32, as an author says the paper's IWSLT'14 models were trained
+    (layer6ai-labs/T-Fixup issue 1), though the released script passes --fp16."""
     tfixup = _args("iwslt14/tfixup", None, tiny_data_bin, gpus=1)
     assert (tfixup.max_epoch, tfixup.dropout, tfixup.fp16, tfixup.clip_norm, tfixup.keep_last_epochs) == (
         300,
         0.5,
-        True,
+        False,
         25.0,
         60,
     )

@@ -1,5 +1,6 @@
-"""WMT14 En-De, the "paper" setup (Vaswani et al. 2017; fairseq's
-``prepare-wmt14en2de.sh`` text steps with newstest2013 as valid):
+"""WMT14 En-De, the "paper" setup (Vaswani et al. 2017; the text steps of fairseq's
+``prepare-wmt14en2de.sh --icml17``, News Commentary v9, with newstest2013 as valid where the
+script holds out every 100th training line; its default mode takes NC v12):
 
 1. train = Europarl v7 + CommonCrawl + News Commentary v9 (~4.5M pairs); valid =
    newstest2013 (3000); test = newstest2014 *full* (3003, what sacrebleu calls
