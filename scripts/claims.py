@@ -45,8 +45,10 @@ A claim's fixed-budget runs go on to convergence from their last checkpoint (mor
 
     python scripts/claims.py b2t --patience 5 --validate-every 500 --updates 30000 --out docs/claims/b2t-converged
 
-The newer methods (DLCL, ResiDual, Peri-LN, Mix-LN, LayerNorm Scaling, DyT, ReZero): ``newer`` and
-``newer-nowarmup`` run them in the B2T and T-Fixup claims' settings beside Pre-LN and Post-LN.
+The newer methods (DLCL, ResiDual, Peri-LN, Mix-LN, LayerNorm Scaling, DyT, ReZero, Sub-LN): ``newer``
+and ``newer-nowarmup`` run them in the B2T and T-Fixup claims' settings beside Pre-LN and Post-LN
+(a method added after a claim ran trains alone, the finished runs kept: ``newer --runs-only subln``,
+``newer-nowarmup --runs-only "subln no warm-up"``).
 
 Language models: ``lm`` is the B2T paper's Table 3 claim on WikiText-2 (configs/wikitext2/, the
 language-model recipes scaled to a CPU; runs at 6L and 16L; validation loss only, test

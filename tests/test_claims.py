@@ -26,7 +26,7 @@ def test_claims_are_read_from_their_yaml_file_and_a_bad_field_names_the_file(tmp
     assert claims.CLAIMS == claims_by_name and "shallow" in claims_by_name
     newer = claims_by_name["newer-nowarmup"]
     assert [r.label for r in newer.runs[:3]] == ["preln no warm-up", "postln no warm-up", "periln no warm-up"]
-    assert all(r.warmup == 0 for r in newer.runs) and len(newer.runs) == 10
+    assert all(r.warmup == 0 for r in newer.runs) and len(newer.runs) == 11
     assert claims_by_name["admin"].run("preln radam admin-dropout").model == {
         "attention_dropout": 0.1,
         "activation_dropout": 0.1,

@@ -35,9 +35,11 @@ def test_postln_with_fairseq_style_is_stock_transformer_parameter_for_parameter(
 
 @pytest.mark.parametrize("model", sorted(set(ARCH_FAMILIES) - {"transformer_tfixup", "transformer_deepnet"}))
 def test_paper_style_ffn_is_xavier_uniform_with_zero_biases(tiny_data_bin, model):
-    """fc1/fc2 ~ U(+-sqrt(6 / (fan_in + fan_out))), biases 0; q/k/v biases 0 (fairseq 0.8)."""
-    paper, _, _ = build(tiny_data_bin, model, *WIDE, "--init-style", "paper")
-    fairseq_style, _, _ = build(tiny_data_bin, model, *WIDE, "--init-style", "fairseq")
+    """fc1/fc2 ~ U(+-sqrt(6 / (fan_in + fan_out))), biases 0; q/k/v biases 0 (fairseq 0.8).
+    T-Fixup and DeepNet re-draw fc1/fc2; Sub-LN is built without Magneto's gain, which scales them."""
+    extra = ("--subln-init", "none") if model == "transformer_subln" else ()
+    paper, _, _ = build(tiny_data_bin, model, *WIDE, *extra, "--init-style", "paper")
+    fairseq_style, _, _ = build(tiny_data_bin, model, *WIDE, *extra, "--init-style", "fairseq")
     for layer, stock_layer in zip(layers(paper), layers(fairseq_style)):
         for fc, stock_fc in ((layer.fc1, stock_layer.fc1), (layer.fc2, stock_layer.fc2)):
             fan_out, fan_in = fc.weight.shape

@@ -10,7 +10,17 @@ from conftest import REPO, plugin_archs
 from fairseq_layernorm_plugins.methods import METHODS, PAPER_METHODS, method_names
 
 SEEDS = ["postln", "preln", "admin", "tfixup", "b2t", "deepnet"]
-SEEDS_AFTER = ["periln", "mixln", "lns", "rezero", "dyt", "residual", "dlcl", "dlcl_postnorm"]  # after the seeds
+SEEDS_AFTER = [
+    "periln",
+    "mixln",
+    "lns",
+    "rezero",
+    "dyt",
+    "residual",
+    "dlcl",
+    "dlcl_postnorm",
+    "subln",
+]  # after the seeds
 
 
 def test_every_plugin_model_is_a_method_in_table_order():

@@ -13,6 +13,7 @@ from fairseq_layernorm_plugins.models import (  # noqa: F401
     transformer_preln,
     transformer_residual,
     transformer_rezero,
+    transformer_subln,
     transformer_tfixup,
 )
 from fairseq_layernorm_plugins.models.base import ARCH_SIZES, PluginTransformerModel
