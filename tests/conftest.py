@@ -1,5 +1,6 @@
 """Shared fixtures: tiny binarised data, a CLI runner, the plugin's registry."""
 
+import collections
 import json
 import os
 import subprocess
@@ -33,6 +34,22 @@ def pytest_collection_modifyitems(items):
         return marker.args[0] if marker and marker.args else 0
 
     items.sort(key=lambda item: -minutes(item))
+
+
+BUDGET_S = 60  # a test (its setup, call and teardown) over this on 2 cores is named at the end
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Name every test over BUDGET_S seconds, longest first (docs/testing.md: the suite's budget)."""
+    seconds = collections.Counter()
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            if getattr(report, "when", None) in ("setup", "call", "teardown"):
+                seconds[report.nodeid] += report.duration
+    over = sorted(((s, nodeid) for nodeid, s in seconds.items() if s > BUDGET_S), reverse=True)
+    terminalreporter.section(f"tests over the {BUDGET_S} s budget: {len(over)}")
+    for s, nodeid in over:
+        terminalreporter.write_line(f"{s:6.0f} s  {nodeid}")
 
 
 def run_cli(tool, *args, cwd=None, timeout=300, env=None, input_text=None):

@@ -214,7 +214,8 @@ CASES = {
         "iwslt14/tfixup",
         None,
         1,
-        TFIXUP_IWSLT,
+        # but for --fp16: an author says the IWSLT'14 models were trained in fp32 (T-Fixup issue 1)
+        TFIXUP_IWSLT.replace(" --fp16 ", " ", 1),
         {},
         "transformer_tfixup_iwslt_de_en",
         {

@@ -10,9 +10,9 @@
 #   FAIRSEQ_CUDA_EXTENSIONS=1   also compile fairseq's optional CUDA kernels (slow; needs nvcc and
 #                               CUDA_HOME); by default they are skipped: translation does not use them
 #
-# Steps: fairseq-fixed compiled from its sdist against the node's torch (no build isolation, no
-# dependencies: its torchaudio / scikit-learn requirements serve speech code only) into a wheel
-# kept in BUNDLE/built/ with what it was built against, so that a node with the same torch,
+# Steps: fairseq-fixed compiled from its sdist against the node's torch (scripts/gpu/build_fairseq.sh:
+# no build isolation, no dependencies: its torchaudio / scikit-learn requirements serve speech
+# code only) into a wheel kept in BUNDLE/built/ with what it was built against, so that a node with the same torch,
 # Python, numpy and CUDA-kernel choice installs that wheel in seconds (a bundle that is not
 # writable builds in a temporary folder and keeps nothing); the names in
 # scripts/gpu/requirements*.txt the node lacks (lines marked "exact" at their pinned version);
@@ -47,11 +47,7 @@ sdist=$(ls "$wheels"/fairseq_fixed-*.tar.gz 2>/dev/null | head -n 1)
 version=${sdist##*/fairseq_fixed-}
 version=${version%.tar.gz}
 built="$bundle/built"  # fairseq-fixed's wheel as a node compiled it, and BUILT_AGAINST: what it needs
-against=$("$PYTHON" -c '
-import sys, numpy, torch
-numpy_major = numpy.__version__.split(".")[0]
-print(f"torch {torch.__version__}, cp{sys.version_info.major}{sys.version_info.minor}, numpy {numpy_major}", end="")
-')", CUDA kernels ${FAIRSEQ_CUDA_EXTENSIONS:-0}"
+against=$(bash "$here/build_fairseq.sh" --against)
 wheel=$(ls "$built"/fairseq_fixed-"$version"-*.whl 2>/dev/null | head -n 1) || true  # none kept yet
 if [ "$("$PYTHON" -m pip show fairseq-fixed 2>/dev/null | sed -n 's/^Version: //p')" = "$version" ]; then
     echo "install: fairseq-fixed $version already installed"
@@ -59,24 +55,11 @@ elif [ -n "$wheel" ] && [ "$(cat "$built/BUILT_AGAINST" 2>/dev/null)" = "$agains
     echo "install: fairseq-fixed $version from $wheel (built against $against)"
     "${pip[@]}" --no-deps "$wheel"
 else
-    echo "install: compiling fairseq-fixed $version against $against (a few minutes) ..."
-    staging=$(mktemp -d "$bundle/.built.XXXXXX" 2>/dev/null) || staging=$(mktemp -d)
-    trap 'rm -rf "$staging"' EXIT  # a failed build leaves nothing behind
-    wheel_cmd=("$PYTHON" -m pip wheel --no-index --find-links "$wheels" --disable-pip-version-check --progress-bar off
-        --no-build-isolation --no-deps --wheel-dir "$staging" "$sdist")
-    if [ "${FAIRSEQ_CUDA_EXTENSIONS:-0}" = 1 ]; then
-        "${wheel_cmd[@]}"
-    else  # fairseq's setup.py adds its CUDA kernels whenever CUDA_HOME is set
-        env -u CUDA_HOME "${wheel_cmd[@]}"
-    fi
-    wheel=$(ls "$staging"/fairseq_fixed-"$version"-*.whl)
-    "${pip[@]}" --no-deps "$wheel"
-    if [ "${staging#"$bundle"/}" != "$staging" ]; then  # kept whole or not at all: another node may be reading it
-        printf '%s\n' "$against" >"$staging/BUILT_AGAINST"
-        rm -rf "$built.old" && { [ ! -e "$built" ] || mv "$built" "$built.old"; } && mv "$staging" "$built" && rm -rf "$built.old"
-        echo "install: kept the wheel in $built for nodes with $against"
-    fi
-    rm -rf "$staging" && trap - EXIT
+    keep=$built
+    [ -w "$bundle" ] || keep=$(mktemp -d)/built  # a bundle that is not writable: built in a temporary folder, nothing kept
+    bash "$here/build_fairseq.sh" "$sdist" "$keep"
+    "${pip[@]}" --no-deps "$(ls "$keep"/fairseq_fixed-"$version"-*.whl)"
+    [ "$keep" = "$built" ] || { rm -rf "$(dirname "$keep")" && echo "install: $bundle is not writable: nothing kept"; }
 fi
 
 # requirement names without their versions, but for the lines marked "exact"; fairseq-fixed is done
