@@ -16,7 +16,16 @@ import pytest
 from conftest import BIN, PLUGIN_DIR, REPO
 
 from fairseq_layernorm_plugins import cli
-from fairseq_layernorm_plugins.prepare import dataset, iwslt14, iwslt14_mini, multi30k, wikitext, wmt14, wmt14_mini
+from fairseq_layernorm_plugins.prepare import (
+    dataset,
+    iwslt14,
+    iwslt14_mini,
+    multi30k,
+    wikitext,
+    wmt14,
+    wmt14_b2t,
+    wmt14_mini,
+)
 from fairseq_layernorm_plugins.prepare.iwslt14 import TEST_SETS
 from fairseq_layernorm_plugins.recipes.config import load_recipe
 
@@ -270,7 +279,7 @@ def test_default_outputs_are_where_the_recipes_read_their_data(tmp_path, monkeyp
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "argv", ["fairseq-ln-prepare"])
     outs = {}
-    for module in (iwslt14, iwslt14_mini, multi30k, wikitext, wmt14, wmt14_mini):
+    for module in (iwslt14, iwslt14_mini, multi30k, wikitext, wmt14, wmt14_b2t, wmt14_mini):
         monkeypatch.setattr(
             module, "prepare", lambda *a, _m=module, **kw: outs.setdefault(_m.__name__, []).append(kw) or {"sizes": {}}
         )
@@ -280,6 +289,7 @@ def test_default_outputs_are_where_the_recipes_read_their_data(tmp_path, monkeyp
         ["multi30k"],
         ["wmt14"],
         ["wmt14", "--as", "admin"],
+        ["wmt14", "--as", "b2t"],
         ["wmt14_mini"],
         ["wikitext2"],
         ["wikitext103"],
@@ -294,6 +304,7 @@ def test_default_outputs_are_where_the_recipes_read_their_data(tmp_path, monkeyp
             "multi30k/preln",
             "wmt14/residual",
             "wmt14/admin/admin",
+            "wmt14/b2t/b2t",
             "wikitext103/preln",
             "wikitext2/preln",
         )

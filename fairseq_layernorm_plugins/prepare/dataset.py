@@ -48,13 +48,26 @@ def current_stamp(out_dir, key):
 
 
 def write_dataset(
-    out_dir, key, splits, references, src, tgt, joined=False, workers=2, extra_files=(), summary=None, force=False
+    out_dir,
+    key,
+    splits,
+    references,
+    src,
+    tgt,
+    joined=False,
+    workers=2,
+    extra_files=(),
+    summary=None,
+    force=False,
+    nwords=None,
 ):
     """Write the output directory unless its stamp already has ``key``.
 
     splits: {"train"|"valid"|"test"|"test1"|...: [(src, tgt), ...]} (segmented); references:
     {"test.tok": [(src, tgt)], "test.raw": [...], ...}; extra_files: paths copied in
-    (the BPE codes, a SentencePiece model). Returns the stamp's content."""
+    (the BPE codes, a SentencePiece model), each under its own name or, given as a
+    (path, name) pair, under ``name``; nwords: the dictionaries' size limit
+    (:func:`~.textio.fairseq_preprocess`). Returns the stamp's content."""
     out_dir = Path(out_dir)
     if not force and (stamp := current_stamp(out_dir, key)):
         logger.info("%s: up to date, skipped", out_dir)
@@ -71,8 +84,9 @@ def write_dataset(
         for name, pairs in {**splits, **references}.items():
             write_lines(tmp / f"{name}.{src}", [s for s, _ in pairs])
             write_lines(tmp / f"{name}.{tgt}", [t for _, t in pairs])
-        for path in extra_files:
-            shutil.copy(path, tmp / Path(path).name)
+        for item in extra_files:
+            path, name = item if isinstance(item, tuple) else (item, Path(item).name)
+            shutil.copy(path, tmp / name)
         logger.info("fairseq-preprocess -> %s", out_dir / "bin")
         fairseq_preprocess(
             tmp / "train",
@@ -83,6 +97,7 @@ def write_dataset(
             tgt,
             joined,
             workers,
+            nwords,
         )
         write_stamp(tmp, content)
     return content

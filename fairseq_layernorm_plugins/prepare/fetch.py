@@ -2,6 +2,7 @@
 unpack with validation (a corrupt, truncated or incomplete archive is a one-line
 error naming it)."""
 
+import hashlib
 import logging
 import os
 import sys
@@ -24,6 +25,22 @@ def verify(path, expected, source=None):
     if actual != expected:
         raise DataError(
             f"{source or path}: sha256 {actual} is not the expected {expected} (corrupt or another version)"
+        )
+
+
+def check_digest(path, algorithm, expected, source=None):
+    """Raise a one-line DataError if ``path``'s ``algorithm`` digest (a :mod:`hashlib` name)
+    is not ``expected``."""
+    if algorithm == "sha256":
+        return verify(path, expected, source)
+    digest = hashlib.new(algorithm)
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    if digest.hexdigest() != expected:
+        raise DataError(
+            f"{source or path}: {algorithm} {digest.hexdigest()} is not the expected {expected} "
+            "(corrupt or another version)"
         )
 
 
@@ -68,17 +85,19 @@ def download(url, destination, retries=3, wait=5.0, checksum=None, hint=None):
 
 def extract(archive, destination, required):
     """Unpack the tar ``archive`` into ``destination`` after checking that it reads to
-    the end and holds every member path in ``required``."""
+    the end and holds every member path in ``required`` (names written ``./NAME``, as
+    ``tar -czf A.tgz .`` stores them, count as ``NAME``)."""
     archive = Path(archive)
     if not archive.is_file():
         raise DataError(f"{archive}: archive not found")
     try:
         with tarfile.open(archive) as tar:
-            names = set(tar.getnames())  # reads every header: catches truncation early
+            names = {name.removeprefix("./") for name in tar.getnames()}  # reads every header: catches truncation early
             missing = sorted(set(required) - names)
             if missing:
                 raise DataError(f"{archive}: missing {', '.join(missing)}")
             tar.extractall(destination, filter="data")
     except (tarfile.TarError, EOFError, OSError) as err:
-        raise DataError(f"{archive}: corrupt or truncated archive ({err})") from None
+        reason = " ".join(str(err).split())  # tarfile's "could not be opened" lists each method on a line
+        raise DataError(f"{archive}: corrupt or truncated archive ({reason})") from None
     return Path(destination)

@@ -45,9 +45,11 @@ def write_lines(path, lines):
         f.writelines(line + "\n" for line in lines)
 
 
-def fairseq_preprocess(trainpref, validpref, testpref, destdir, src, tgt, joined=False, workers=2):
+def fairseq_preprocess(trainpref, validpref, testpref, destdir, src, tgt, joined=False, workers=2, nwords=None):
     """Binarise with the real ``fairseq-preprocess`` (from the running environment).
-    ``testpref`` may be a list: fairseq names those splits test, test1, test2, ..."""
+    ``testpref`` may be a list: fairseq names those splits test, test1, test2, ...
+    ``nwords``: ``--nwordssrc N --nwordstgt N`` (each dictionary keeps its N - 4 most frequent
+    types beside the four special symbols; default: every type of train)."""
     if isinstance(testpref, (list, tuple)):
         testpref = ",".join(map(str, testpref))
     cmd = [
@@ -66,7 +68,9 @@ def fairseq_preprocess(trainpref, validpref, testpref, destdir, src, tgt, joined
         str(destdir),
         "--workers",
         str(workers),
-    ] + (["--joined-dictionary"] if joined else [])
+    ]
+    cmd += ["--joined-dictionary"] if joined else []
+    cmd += ["--nwordssrc", str(nwords), "--nwordstgt", str(nwords)] if nwords else []
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"fairseq-preprocess failed:\n{proc.stderr[-3000:]}")

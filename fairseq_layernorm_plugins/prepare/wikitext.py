@@ -47,7 +47,6 @@ Output (see ``dataset.py`` for the other corpora's):
 Licence: CC BY-SA 3.0 (text from Wikipedia), Salesforce Research.
 """
 
-import hashlib
 import logging
 import shutil
 import subprocess
@@ -59,7 +58,7 @@ from pathlib import Path
 
 from fairseq_layernorm_plugins.prepare.cli import DOWNLOADS, argument_parser, in_data, positive, run_cli
 from fairseq_layernorm_plugins.prepare.dataset import current_stamp
-from fairseq_layernorm_plugins.prepare.fetch import download, verify
+from fairseq_layernorm_plugins.prepare.fetch import check_digest, download, verify
 from fairseq_layernorm_plugins.prepare.output import output_directory, write_stamp
 from fairseq_layernorm_plugins.prepare.steps import Steps, one_at_a_time
 from fairseq_layernorm_plugins.prepare.textio import DataError
@@ -128,20 +127,6 @@ def corpus_of(name):
 def default_raw_dir(corpus):
     """../shared/data/wikitext2 for WikiText-2 when it exists, else None (download)."""
     return SHARED_RAW if corpus == "wikitext2" and SHARED_RAW.is_dir() else None
-
-
-def check_digest(path, algorithm, expected):
-    """Raise a one-line DataError if ``path``'s ``algorithm`` digest is not ``expected``."""
-    if algorithm == "sha256":
-        return verify(path, expected)
-    digest = hashlib.new(algorithm)
-    with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            digest.update(block)
-    if digest.hexdigest() != expected:
-        raise DataError(
-            f"{path}: {algorithm} {digest.hexdigest()} is not the expected {expected} (corrupt or another version)"
-        )
 
 
 def raw_files(corpus, raw_dir):

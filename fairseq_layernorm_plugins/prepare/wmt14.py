@@ -24,6 +24,12 @@ with clean-corpus-n's default ratio 9 **before** BPE (on the tokenised text), **
 BPE merges learned on that cleaned text, nothing cleaned after BPE, no further test sets;
 written to ``data/wmt14.en-de.admin`` by default.
 
+``--as b2t`` is the B2T authors' data (their README follows fairseq's ``examples/scaling_nmt``):
+Google's preprocessed WMT'16 En-De archive (News Commentary **v11**, Moses-tokenised without
+``-a``, cleaned to 1..80 tokens, joint BPE 32k), fetched by hand and binarised as it comes with
+a 32768-word joined dictionary, its own newstest2010-2016 as the test sets; see ``wmt14_b2t.py``.
+Written to ``data/wmt16.en-de.b2t`` by default.
+
 The untokenised references (``test.raw.*``, ``valid.raw.*``) stay beside the data-bin
 for detokenised SacreBLEU; ``test.tok.*`` for tokenised (compound-split) BLEU.
 
@@ -42,6 +48,7 @@ from pathlib import Path
 
 import sacrebleu
 
+from fairseq_layernorm_plugins.prepare import wmt14_b2t
 from fairseq_layernorm_plugins.prepare.cli import (
     DOWNLOADS,
     add_common_args,
@@ -454,12 +461,22 @@ def local_pair(paths, src, tgt, parser):
 def main(argv=None):
     parser = argument_parser(__doc__)
     parser.add_argument(
-        "--archive-dir", help="folder holding the statmt.org archives (default: download them to --download-dir)"
+        "--archive-dir",
+        help="folder holding the statmt.org archives (default: download them to --download-dir); --as b2t: "
+        f"holding {wmt14_b2t.ARCHIVE}",
     )
     parser.add_argument(
         "--download-dir",
         default=str(DOWNLOADS),
-        help="where archives are downloaded (default: the repo's data/downloads)",
+        help="where archives are downloaded (default: the repo's data/downloads); --as b2t: where the "
+        f"{wmt14_b2t.ARCHIVE} you fetched by hand is, without --archive-dir",
+    )
+    parser.add_argument(
+        "--archive-md5",
+        type=wmt14_b2t.md5_hex,
+        metavar="MD5",
+        help=f"--as b2t: the MD5 {wmt14_b2t.ARCHIVE} must have instead of the published one "
+        "(an archive you made again with google/seq2seq's wmt16_en_de.sh)",
     )
     for split in ("train", "valid", "test"):
         parser.add_argument(
@@ -476,7 +493,8 @@ def main(argv=None):
         default=None,
         metavar="NAME",
         help=f"further test sets, each binarised as test1, test2, ... (default: {' '.join(EXTRA_TESTS)}, with "
-        "newstest2014 the rest of the B2T paper's newstest2010-2016; --as admin: none; none: give the flag alone)",
+        "newstest2014 the rest of the B2T paper's newstest2010-2016; --as admin: none; --as b2t: the archive's own; "
+        "none: give the flag alone)",
     )
     parser.add_argument(
         "--extra-test-dir",
@@ -489,22 +507,29 @@ def main(argv=None):
     parser.add_argument(
         "--as",
         dest="setup",
-        choices=sorted(SETUPS),
+        choices=[*sorted(SETUPS), "b2t"],
         default="fairseq",
-        help="whose preparation: fairseq (prepare-wmt14en2de.sh, NC v9, clean 1-250 after BPE; default) or admin "
+        help="whose preparation: fairseq (prepare-wmt14en2de.sh, NC v9, clean 1-250 after BPE; default), admin "
         "(Transformer-Clinic pre-process/wmt14en-de.sh: NC v12, clean 1-80 before BPE, 32764 merges, no further "
-        "test sets), the data the Admin paper's WMT14 numbers come from",
+        "test sets), the data the Admin paper's WMT14 numbers come from, or b2t (the B2T README's: fairseq's "
+        f"examples/scaling_nmt on Google's preprocessed WMT'16 {wmt14_b2t.ARCHIVE}, fetched by hand from "
+        f"{wmt14_b2t.URL}; NC v11, BPE 32k, 32768-word joined dictionary)",
     )
     parser.add_argument(
         "--out",
         help="output directory (default: the repo's data/wmt14.en-de; --as admin: data/wmt14.en-de.admin; "
+        "--as b2t: data/wmt16.en-de.b2t; "
         "where the wmt14 recipes read them)",
     )
     add_wmt_args(parser)
     args = parser.parse_args(argv)
-    setup = SETUPS[args.setup]
     if args.extra_tests is None:
-        args.extra_tests = list(setup.extra_tests)
+        args.extra_tests = list(EXTRA_TESTS if args.setup == "b2t" else SETUPS[args.setup].extra_tests)
+    if args.setup == "b2t":
+        return wmt14_b2t.main(parser, args)
+    if args.archive_md5:
+        parser.error("--archive-md5: only with --as b2t")
+    setup = SETUPS[args.setup]
     sources = None
     if args.train or args.valid or args.test:
         if not (args.train and args.valid and args.test):
