@@ -52,18 +52,73 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_line(f"{s:6.0f} s  {nodeid}")
 
 
+# fairseq's decoding and scoring commands, run in the test's own process (their cli_main, from
+# argv on, as the console script runs it): they write no state a later call reads, and each
+# saves the 3 s of a fresh interpreter importing torch and fairseq. fairseq-train and
+# fairseq-preprocess keep a process of their own (fairseq keeps the best checkpoint's score
+# on a function between runs), as does any call with its own cwd or environment.
+IN_PROCESS = {
+    "fairseq-generate": "fairseq_cli.generate",
+    "fairseq-eval-lm": "fairseq_cli.eval_lm",
+    "fairseq-interactive": "fairseq_cli.interactive",
+}
+
+
 def run_cli(tool, *args, cwd=None, timeout=300, env=None, input_text=None):
     """Run a fairseq console script (``fairseq-train`` ...), ``input_text`` on its stdin; return
-    its combined output.
+    its combined output (log lines as fairseq formats them).
 
     On failure the test fails with the tail of the log rather than a bare exit code.
     """
     cmd = [str(BIN / tool), *map(str, args)]
-    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env, input=input_text)
-    out = proc.stdout + proc.stderr
-    if proc.returncode != 0:
-        pytest.fail(f"{' '.join(cmd)} exited {proc.returncode}:\n{out[-4000:]}")
+    if tool in IN_PROCESS and cwd is None and env is None:
+        code, out = _run_in_process(IN_PROCESS[tool], cmd, input_text)
+    else:
+        proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env, input=input_text)
+        code, out = proc.returncode, proc.stdout + proc.stderr
+    if code != 0:
+        pytest.fail(f"{' '.join(cmd)} exited {code}:\n{out[-4000:]}")
     return out
+
+
+def _run_in_process(module, argv, input_text):
+    """(exit status, output) of ``module``'s ``cli_main`` with ``argv``: its stdout, stderr and
+    log records (INFO and up, in fairseq's format) in one buffer; a traceback fails it as an
+    exit status 1 would."""
+    import contextlib
+    import importlib
+    import io
+    import logging
+    import traceback
+    from unittest import mock
+
+    buffer = io.StringIO()
+    handler = logging.StreamHandler(buffer)
+    handler.setFormatter(logging.Formatter("%(asctime)s | %(levelname)s | %(name)s | %(message)s", "%Y-%m-%d %H:%M:%S"))
+    root = logging.getLogger()
+    level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    code = 0
+    try:
+        with (
+            mock.patch.object(sys, "argv", argv),
+            mock.patch.object(sys, "stdin", io.StringIO(input_text or "")),
+            contextlib.redirect_stdout(buffer),
+            contextlib.redirect_stderr(buffer),
+        ):
+            importlib.import_module(module).cli_main()
+    except SystemExit as exit:
+        code = exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 1)
+        if not isinstance(exit.code, int) and exit.code is not None:
+            buffer.write(f"{exit.code}\n")
+    except Exception:
+        code = 1
+        buffer.write(traceback.format_exc())
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
+    return code, buffer.getvalue()
 
 
 def json_records(log, kind):

@@ -408,9 +408,9 @@ def test_check_dry_run_trains_scores_and_resumes(check_data, tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads((out / "check.json").read_text())
     trained = {r["name"]: r for r in report["runs"]}
-    assert set(trained) == {"a.preln.2L.fp16", "a.admin.2L.fp16"} | {
-        f"d.{m}.3L.fp16" for m in gpu_check.DEEP
-    } | {"b.admin.2L.fp32"}
+    assert set(trained) == {"a.preln.2L.fp16", "a.admin.2L.fp16"} | {f"d.{m}.3L.fp16" for m in gpu_check.DEEP} | {
+        "b.admin.2L.fp32"
+    }
     for r in trained.values():
         assert "error" not in r and r["finite"] and r["updates"] == (1 if r["part"] == "b" else 8)
         if r["part"] != "b":

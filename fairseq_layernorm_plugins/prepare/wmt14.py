@@ -526,7 +526,7 @@ def main(argv=None):
     if args.extra_tests is None:
         args.extra_tests = list(EXTRA_TESTS if args.setup == "b2t" else SETUPS[args.setup].extra_tests)
     if args.setup == "b2t":
-        return wmt14_b2t.main(parser, args)
+        return wmt14_b2t.run_from_wmt14(parser, args)
     if args.archive_md5:
         parser.error("--archive-md5: only with --as b2t")
     setup = SETUPS[args.setup]

@@ -203,7 +203,7 @@ def prepare(
     return stamp
 
 
-def main(parser, args):
+def run_from_wmt14(parser, args):
     """``fairseq-ln-prepare wmt14 --as b2t``: ``args`` parsed by ``wmt14.main``'s parser;
     its options that this preparation has no use for are refused in one line."""
     given = [f"--{name.replace('_', '-')}" for name in NOT_WITH_B2T if getattr(args, name)]

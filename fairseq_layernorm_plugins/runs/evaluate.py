@@ -155,7 +155,8 @@ def evaluate(
         if missing:
             raise ValueError(
                 f"{root}: prepared without {', '.join(missing)} (the recipe scores {', '.join(test_sets)}); "
-                "prepare it again with scripts/prepare_wmt14.py, which adds newstest2010-2016 by default"
+                "prepare it again with fairseq-ln-prepare wmt14 (--as b2t for the B2T recipes), which adds "
+                "newstest2010-2016 by default"
             )
     lenpen = gen.get("lenpen", 1.0)
     headline = gen.get("bleu", "sacrebleu")
