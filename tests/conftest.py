@@ -108,10 +108,10 @@ def _run_in_process(module, argv, input_text):
             contextlib.redirect_stderr(buffer),
         ):
             importlib.import_module(module).cli_main()
-    except SystemExit as exit:
-        code = exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 1)
-        if not isinstance(exit.code, int) and exit.code is not None:
-            buffer.write(f"{exit.code}\n")
+    except SystemExit as exit:  # sys.exit(N), or sys.exit("message"): status 1
+        if isinstance(exit.code, str):
+            buffer.write(exit.code + "\n")
+        code = exit.code if isinstance(exit.code, int) else int(exit.code is not None)
     except Exception:
         code = 1
         buffer.write(traceback.format_exc())

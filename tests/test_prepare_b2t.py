@@ -173,7 +173,7 @@ def test_without_the_archive_it_says_where_to_fetch_it(tmp_path, monkeypatch, ca
     for args, expected in (
         (
             ["--download-dir", str(downloads)],
-            f"error: {wmt14_b2t.URL}: Google Drive serves wmt16_en_de.tar.gz (502 MB) only through a browser; "
+            f"error: {wmt14_b2t.URL}: Google Drive serves wmt16_en_de.tar.gz only through a browser; "
             f"fetch it yourself to {downloads / wmt14_b2t.ARCHIVE} or pass --archive-dir DIR holding it",
         ),
         (

@@ -2,7 +2,6 @@
 unpack with validation (a corrupt, truncated or incomplete archive is a one-line
 error naming it)."""
 
-import hashlib
 import logging
 import os
 import sys
@@ -21,26 +20,16 @@ logger = logging.getLogger(__name__)
 
 def verify(path, expected, source=None):
     """Raise a one-line DataError if ``path``'s sha256 is not ``expected``."""
-    actual = file_checksum(path)
-    if actual != expected:
-        raise DataError(
-            f"{source or path}: sha256 {actual} is not the expected {expected} (corrupt or another version)"
-        )
+    check_digest(path, "sha256", expected, source)
 
 
 def check_digest(path, algorithm, expected, source=None):
     """Raise a one-line DataError if ``path``'s ``algorithm`` digest (a :mod:`hashlib` name)
     is not ``expected``."""
-    if algorithm == "sha256":
-        return verify(path, expected, source)
-    digest = hashlib.new(algorithm)
-    with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            digest.update(block)
-    if digest.hexdigest() != expected:
+    actual = file_checksum(path, algorithm)
+    if actual != expected:
         raise DataError(
-            f"{source or path}: {algorithm} {digest.hexdigest()} is not the expected {expected} "
-            "(corrupt or another version)"
+            f"{source or path}: {algorithm} {actual} is not the expected {expected} (corrupt or another version)"
         )
 
 

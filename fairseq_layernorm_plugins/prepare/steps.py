@@ -119,11 +119,11 @@ def one_at_a_time(prepare):
     return locked
 
 
-def file_checksum(path):
-    """sha256 of a file's bytes."""
+def file_checksum(path, algorithm="sha256"):
+    """The ``algorithm`` digest (a :mod:`hashlib` name) of a file's bytes."""
     if not Path(path).is_file():
         raise DataError(f"{path}: file not found")
-    digest = hashlib.sha256()
+    digest = hashlib.new(algorithm)
     with open(path, "rb") as f:
         while block := f.read(1 << 20):
             digest.update(block)

@@ -76,7 +76,7 @@ def find_archive(archive_dir=None, download_dir=DOWNLOADS):
     archive = Path(download_dir) / ARCHIVE
     if not archive.is_file():
         raise DataError(
-            f"{URL}: Google Drive serves {ARCHIVE} (502 MB) only through a browser; fetch it yourself "
+            f"{URL}: Google Drive serves {ARCHIVE} only through a browser; fetch it yourself "
             f"to {archive} or pass --archive-dir DIR holding it"
         )
     return archive

@@ -61,7 +61,6 @@ from fairseq_layernorm_plugins.experiments.gpu_check import (  # noqa: E402
     METHODS,
     OMEGA_TOLERANCE,
     PARTS,
-    REGISTRY,
     carried,
     carried_from,
     chosen_methods,
@@ -69,6 +68,7 @@ from fairseq_layernorm_plugins.experiments.gpu_check import (  # noqa: E402
     run_recipe,
     unfinished,
 )
+from fairseq_layernorm_plugins.methods import METHODS as REGISTRY  # noqa: E402
 
 
 def train_run(run, args):

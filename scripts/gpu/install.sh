@@ -10,9 +10,9 @@
 #   FAIRSEQ_CUDA_EXTENSIONS=1   also compile fairseq's optional CUDA kernels (slow; needs nvcc and
 #                               CUDA_HOME); by default they are skipped: translation does not use them
 #
-# Steps: fairseq-fixed compiled from its sdist against the node's torch (scripts/gpu/build_fairseq.sh:
-# no build isolation, no dependencies: its torchaudio / scikit-learn requirements serve speech
-# code only) into a wheel kept in BUNDLE/built/ with what it was built against, so that a node with the same torch,
+# Steps: fairseq-fixed compiled from its sdist against the node's torch (build_fairseq.sh: no
+# build isolation, no dependencies: its torchaudio / scikit-learn requirements serve speech code
+# only) into a wheel kept in BUNDLE/built/ with what it was built against, so that a node with the same torch,
 # Python, numpy and CUDA-kernel choice installs that wheel in seconds (a bundle that is not
 # writable builds in a temporary folder and keeps nothing); the names in
 # scripts/gpu/requirements*.txt the node lacks (lines marked "exact" at their pinned version);
