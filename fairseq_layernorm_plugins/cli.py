@@ -19,7 +19,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from fairseq_layernorm_plugins.recipes.config import REPO, RecipeError, list_recipes, load_recipe
+from fairseq_layernorm_plugins.recipes.config import CONFIG_DIR, REPO, RecipeError, list_recipes, load_recipe
 from fairseq_layernorm_plugins.runs.launch import PRECISIONS, Launch, check_data_bin, data_bin, run_dir
 from fairseq_layernorm_plugins.runs.launch import train as run_training
 
@@ -279,9 +279,12 @@ def submit(argv=None):
     parser.add_argument("--seeds", nargs="+", type=int, default=[1])
     parser.add_argument("--data", help="data directory (default: each recipe's)")
     parser.add_argument("--runs", default=str(REPO / "runs"))
+    parser.add_argument("--config-dir", default=str(CONFIG_DIR), help="where recipe names are looked up")
     parser.add_argument("--gpus", type=int, default=8, help="GPUs (= tasks) per node (default: 8)")
     parser.add_argument("--nodes", type=int, default=1)
-    parser.add_argument("--cpu-workers", type=int, default=0, help="CPU processes instead of GPUs (local runs)")
+    parser.add_argument(
+        "--cpu-workers", type=int, default=0, help="CPU processes (= tasks) per node instead of GPUs (gloo)"
+    )
     parser.add_argument("--precision", choices=PRECISIONS)
     parser.add_argument("--partition")
     parser.add_argument("--account")
@@ -306,6 +309,7 @@ def submit(argv=None):
             nodes=args.nodes,
             cpu_workers=args.cpu_workers,
             precision=args.precision,
+            config_dir=args.config_dir,
         )
         for run in runs:
             run.launch(slurm=args.cluster != "local").fairseq_args()

@@ -1,86 +1,16 @@
-"""A grid through submitit's local executor to results and a table; sbatch dry-run
-scripts; the table layout and the curve plot."""
+"""What a grid's sbatch scripts say, the tasks of one job sharing a run directory, the table
+layout and the curve plot (submitting to a real SLURM: test_slurm_cluster.py)."""
 
 import json
 import os
-import shutil
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 from fairseq_layernorm_plugins.experiments.curves import read_log_curves
-from fairseq_layernorm_plugins.experiments.report import main as make_table
 from fairseq_layernorm_plugins.experiments.report import render, table_rows
-from fairseq_layernorm_plugins.runs.slurm import grid, submit, write_sbatch
-
-TINY = """
-tokens_per_update: 1000
-depths: {{2L-2L: {{}}}}
-generate: {{beam: 2, average_last: 1, bleu: tokenized}}
-paper: {{source: "a made-up paper", metric: tokenized BLEU, compare: tokenized, bleu: {{2L-2L: {paper}}}}}
-fairseq:
-  task: {{_name: translation, source_lang: src, target_lang: tgt}}
-  model: {{_name: {arch}, encoder_embed_dim: 32, decoder_embed_dim: 32, encoder_ffn_embed_dim: 64, decoder_ffn_embed_dim: 64,
-          encoder_attention_heads: 2, decoder_attention_heads: 2}}
-  criterion: {{_name: cross_entropy}}
-  optimizer: {{_name: adam}}
-  lr_scheduler: {{_name: fixed}}
-  optimization: {{lr: [0.005], max_update: 30}}
-  dataset: {{max_tokens: 1000}}
-  checkpoint: {{no_epoch_checkpoints: true}}
-  common: {{log_format: json, log_interval: 5, seed: 1}}
-"""
-
-
-@pytest.fixture
-def tiny_setup(tiny_data_bin, tmp_path):
-    configs = tmp_path / "configs" / "tiny"
-    configs.mkdir(parents=True)
-    (configs / "preln.yaml").write_text(TINY.format(arch="transformer_preln", paper=12.5))
-    (configs / "postln.yaml").write_text(TINY.format(arch="transformer", paper="failed"))
-    data = tmp_path / "data"
-    shutil.copytree(tiny_data_bin, data / "bin")
-    for kind in ("tok", "raw"):
-        shutil.copy(tiny_data_bin.parent / "test.tgt", data / f"test.{kind}.tgt")
-    return tmp_path / "configs", data
-
-
-def test_grid_of_two_jobs_through_submitit_local_to_results_and_table(tiny_setup, tmp_path):
-    configs, data = tiny_setup
-    runs = grid(
-        ["tiny/preln", "tiny/postln"],
-        None,
-        [1],
-        data=str(data),
-        runs=str(tmp_path / "runs"),
-        gpus=0,
-        cpu_workers=1,
-        config_dir=str(configs),
-    )
-    jobs = submit(runs, tmp_path / "submitit", cluster="local", timeout_min=10)
-    results = [job.result() for job in jobs]
-    assert [r["recipe"] for r in results] == ["tiny/preln", "tiny/postln"]
-    for run, result in zip(runs, results):
-        assert json.loads((run.run_dir() / "results.json").read_text()) == result
-        assert result["sentences"] == 40 and result["bleu"]["tokenized"]["score"] >= 0
-
-    make_table([str(tmp_path / "runs"), "--table", "tiny", "--out", str(tmp_path / "report" / "tiny")])
-    markdown = (tmp_path / "report" / "tiny.md").read_text()
-    ours = {r["recipe"].split("/")[1]: r["bleu"]["tokenized"]["score"] for r in results}
-    assert f"| preln | {ours['preln']:.2f} (1) | 12.50 | {ours['preln'] - 12.5:+.2f} |" in markdown
-    assert f"| postln | {ours['postln']:.2f} (1) | failed |  |" in markdown
-    assert "paper: a made-up paper; tokenized BLEU" in markdown
-    assert (tmp_path / "report" / "tiny.csv").read_text().splitlines()[
-        0
-    ] == "method,depth,ours_mean,ours_std,seeds,paper,diff"
-    png = tmp_path / "report" / "tiny.png"
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
-    curves = read_log_curves(runs[0].run_dir() / "train.log")
-    assert [p["update"] for p in curves["train"]] == [5, 10, 15, 20, 25, 30] and curves["valid"]
-    assert curves["train"][-1]["epoch"] > curves["train"][0]["epoch"] > 0
+from fairseq_layernorm_plugins.runs.slurm import grid, write_sbatch
 
 
 def test_sbatch_dry_run_names_resources_and_command(tmp_path):
@@ -106,7 +36,11 @@ def test_sbatch_dry_run_names_resources_and_command(tmp_path):
         "#SBATCH --signal=B:USR1@120",
     ):
         assert line in script.splitlines()
-    command = next(line for line in script.splitlines() if line.startswith("srun --label "))
+    command = next(line for line in script.splitlines() if line.startswith("srun -K --label "))
+    assert command.startswith(
+        """srun -K --label bash -c 'exec "$@" --distributed-rank "$SLURM_PROCID" --device-id "$SLURM_LOCALID"' """
+    )  # every task one fairseq-train process, its rank and GPU from SLURM (runs.launch.RANK_FLAGS)
+    assert "export MASTER_ADDR MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))" in script.splitlines()
     for flags in (
         "--arch transformer_admin_wmt_en_de",
         "--encoder-layers 18 --decoder-layers 18",
@@ -116,68 +50,27 @@ def test_sbatch_dry_run_names_resources_and_command(tmp_path):
         "--fp16",
         "--seed 2",
         "--distributed-world-size 8",
-        "--distributed-port 29500",
+        "--distributed-init-method env://",
+        "--distributed-no-spawn",
         "/data/wmt14.en-de",
         str(tmp_path / "runs" / "wmt14" / "admin" / "admin" / "18L-18L.seed2" / "checkpoints"),
     ):
         assert flags in command, flags
-    assert "evaluate.py" in script.splitlines()[-1]
+    assert "fairseq-ln-evaluate" in script.splitlines()[-1]
 
 
-STUBS = {
-    "srun": 'echo "srun $*" >> "$CALLS"; echo $$ > "$STUB_DIR/srun.pid"; [ -n "$SRUN_EXIT" ] && exit "$SRUN_EXIT"; exec sleep 60',
-    "scontrol": 'echo "scontrol $*" >> "$CALLS"',
-    "python": 'echo "python $*" >> "$CALLS"',
-}
-
-
-def run_sbatch(tmp_path, srun_exit=None, send_usr1=False):
-    """Run a generated sbatch script under bash with stub srun / scontrol / python on PATH;
-    return (exit status, the stubs' recorded calls)."""
-    run = grid(["iwslt14/admin"], None, [1], data="/data/iwslt14", runs=str(tmp_path / "runs"), gpus=2)[0]
-    script = write_sbatch(run, tmp_path / "sbatch")
-    stubs = tmp_path / "stubs"
-    stubs.mkdir()
-    for name, body in STUBS.items():
-        (stubs / name).write_text("#!/bin/bash\n" + body + "\n")
-        (stubs / name).chmod(0o755)
-    calls = tmp_path / "calls"
-    env = {
-        **os.environ,
-        "PATH": f"{stubs}:{os.environ['PATH']}",
-        "CALLS": str(calls),
-        "STUB_DIR": str(stubs),
-        "SLURM_JOB_ID": "4242",
-        **({"SRUN_EXIT": str(srun_exit)} if srun_exit is not None else {}),
-    }
-    proc = subprocess.Popen(["bash", str(script)], env=env)
-    try:
-        if send_usr1:
-            deadline = time.monotonic() + 30
-            while not (stubs / "srun.pid").is_file() and time.monotonic() < deadline:
-                time.sleep(0.05)
-            time.sleep(0.2)  # the script is in `wait` by now
-            proc.send_signal(signal.SIGUSR1)
-        status = proc.wait(timeout=30)
-    finally:
-        if (stubs / "srun.pid").is_file():
-            subprocess.run(["kill", (stubs / "srun.pid").read_text().strip()], capture_output=True)
-    return status, calls.read_text().splitlines() if calls.is_file() else []
-
-
-def test_sbatch_requeues_on_usr1_without_evaluating(tmp_path):
-    status, calls = run_sbatch(tmp_path, send_usr1=True)
-    assert status == 0 and [c.split()[0] for c in calls] == ["srun", "scontrol"]
-    assert calls[1] == "scontrol requeue 4242"
-
-
-@pytest.mark.parametrize("srun_exit, evaluated", [(0, True), (1, False)])
-def test_sbatch_evaluates_only_after_training_ends_by_itself(tmp_path, srun_exit, evaluated):
-    status, calls = run_sbatch(tmp_path, srun_exit=srun_exit)
-    assert status == srun_exit
-    assert [c.split()[0] for c in calls] == ["srun", "python"] if evaluated else ["srun"]
-    if evaluated:
-        assert calls[1].endswith("scripts/evaluate.py " + str(tmp_path / "runs" / "iwslt14" / "admin" / "6L-6L.seed1"))
+def test_a_training_that_exits_0_unfinished_is_not_evaluated(tmp_path):
+    """A job's training that exits 0 without reaching its end (fairseq's "done training"): the
+    job fails there and nothing is scored (a checkpoint from an earlier attempt would be)."""
+    entry = tmp_path / "fake-train"
+    entry.write_text('#!/bin/bash\necho "| train_inner | num_updates 1"\n')
+    entry.chmod(0o755)
+    [run] = grid(
+        ["iwslt14/admin"], None, [1], data="/data/iwslt14", runs=str(tmp_path / "runs"), train_entry=str(entry)
+    )
+    with pytest.raises(RuntimeError, match="exited 0 without fairseq's 'done training'"):
+        run()
+    assert sorted(p.name for p in run.run_dir().iterdir()) == ["run.json", "train.log"]
 
 
 def test_table_layout_mean_std_and_difference():
@@ -272,7 +165,7 @@ def test_tasks_of_one_job_leave_one_record_and_a_log_each(tmp_path):
     """Every task of a 2-GPU submitit job runs GridRun: run.json comes from rank 0 alone
     (atomically, however the tasks interleave), and each rank logs to its own file."""
     entry = tmp_path / "fake-train"
-    entry.write_text('#!/bin/bash\necho "rank $SLURM_PROCID | train_inner | done"\n')
+    entry.write_text('#!/bin/bash\necho "rank $SLURM_PROCID | train_inner | done training"\n')
     entry.chmod(0o755)
     runs = tmp_path / "runs"
     procs = [
@@ -289,6 +182,6 @@ def test_tasks_of_one_job_leave_one_record_and_a_log_each(tmp_path):
     launch.train_entry = str(entry)
     assert json.loads((run_dir / "run.json").read_text()) == json.loads(json.dumps(launch.record(run_dir)))
     assert launch.record(run_dir)["save_dir"] == "checkpoints"  # inside the run: copied or moved with it
-    assert set((run_dir / "train.log").read_text().splitlines()) == {"rank 0 | train_inner | done"}
-    assert set((run_dir / "train.rank1.log").read_text().splitlines()) == {"rank 1 | train_inner | done"}
+    assert set((run_dir / "train.log").read_text().splitlines()) == {"rank 0 | train_inner | done training"}
+    assert set((run_dir / "train.rank1.log").read_text().splitlines()) == {"rank 1 | train_inner | done training"}
     assert sorted(p.name for p in run_dir.iterdir()) == ["run.json", "train.log", "train.rank1.log"]

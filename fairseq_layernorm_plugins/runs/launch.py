@@ -2,14 +2,17 @@
 
 The recipe fixes the tokens per update; the launcher spreads them over the workers:
 ``workers x max_tokens x update_freq = tokens_per_update`` (max_tokens capped by the
-recipe's per-GPU value). Workers are GPUs on one node (fairseq spawns them), GPUs
-across SLURM nodes (one task per GPU, fairseq's SLURM setup), or CPU processes started by
-``torchrun``: gloo, ``legacy_ddp``, fairseq's ``--distributed-world-size N``, the ``env://``
-init method and each process's ``--distributed-rank`` from torchrun's ``RANK`` (fairseq
-cannot infer a CPU rank from torchrun's environment itself: docs/fairseq_notes.md). Every
-multi-process run names its world size, and its init method and rank explicitly or through
-fairseq's own inference (spawned GPUs, SLURM). Training resumes from ``checkpoint_last.pt``
-in the run's save dir, as fairseq does by default.
+recipe's per-GPU value). Workers are GPUs on one node (fairseq spawns them), CPU processes
+started by ``torchrun`` on one machine, or SLURM tasks (GPUs or CPU processes, one task each,
+on one node or several). A process per worker runs the same ``fairseq-train`` command: the
+world size and the ``env://`` init method (``MASTER_ADDR`` / ``MASTER_PORT``: torchrun's, or
+the first node of the SLURM job, :func:`runs.slurm.rendezvous`) in its flags, its own rank
+(``--distributed-rank``, and ``--device-id`` under SLURM) added from its launcher's
+environment (:data:`RANK_FLAGS`). fairseq's own inference of these from SLURM or torchrun
+divides by the GPU count, so it fails on CPU nodes (docs/fairseq_notes.md); the same
+explicit flags serve GPU and CPU runs, so what runs on CPU nodes is what runs on GPU ones.
+CPU workers use gloo and ``legacy_ddp``. Training resumes from ``checkpoint_last.pt`` in the
+run's save dir, as fairseq does by default.
 """
 
 import copy
@@ -27,9 +30,12 @@ from fairseq_layernorm_plugins.recipes.config import fairseq_flags
 PLUGIN_DIR = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 PRECISIONS = ("fp32", "fp16", "bf16")
-# what torchrun runs as each CPU worker: the fairseq-train command given as its arguments, with
-# this process's rank (fairseq's own torchrun inference divides by the GPU count, 0 on a CPU)
-CPU_RANK_FLAG = 'exec "$@" --distributed-rank "$RANK"'
+# what each worker process runs (bash -c SCRIPT NAME fairseq-train ARGS): the command given as
+# its arguments with this process's rank from its launcher's environment
+RANK_FLAGS = {
+    "torchrun": 'exec "$@" --distributed-rank "$RANK"',
+    "slurm": 'exec "$@" --distributed-rank "$SLURM_PROCID" --device-id "$SLURM_LOCALID"',
+}
 
 
 def run_dir(runs, recipe, seed):
@@ -80,17 +86,27 @@ class Launch:
     save_dir: str
     gpus: int = 1  # per node
     nodes: int = 1
-    cpu_workers: int = 0  # > 0: CPU data-parallel processes (gloo) instead of GPUs
+    cpu_workers: int = 0  # > 0: CPU data-parallel processes (gloo) instead of GPUs, per node
     precision: str = None  # default: the recipe's
     seed: int = None  # default: the recipe's
-    slurm: bool = False  # one task per GPU started by srun/submitit (fairseq's SLURM setup)
-    master_port: int = 29500
+    slurm: bool = False  # one SLURM task per worker, started by srun / submitit on each node
+    master_port: int = 29500  # torchrun's (under SLURM: runs.slurm.rendezvous)
     train_entry: str = None  # default: fairseq-train of this environment
     extra: list = field(default_factory=list)
 
     @property
     def workers(self):
-        return self.cpu_workers or self.gpus * self.nodes
+        return (self.cpu_workers or self.gpus) * self.nodes
+
+    @property
+    def launcher(self):
+        """What starts one process per worker: "slurm", "torchrun" (CPU workers here), or None
+        (one process; fairseq spawns a process per GPU of a node itself)."""
+        if self.slurm and self.workers > 1:
+            return "slurm"
+        if self.nodes > 1:
+            raise ValueError("multi-node training runs under SLURM (fairseq-ln-submit)")
+        return "torchrun" if self.cpu_workers > 1 else None
 
     @property
     def effective_precision(self):
@@ -120,18 +136,14 @@ class Launch:
         common["fp16"], common["bf16"] = self.effective_precision == "fp16", self.effective_precision == "bf16"
         common["cpu"] = bool(self.cpu_workers)
         distributed = fairseq.setdefault("distributed_training", {})
-        if self.cpu_workers > 1:  # docs/fairseq_notes.md: CPU data parallel (each rank: CPU_RANK_FLAG)
+        if self.launcher:  # a process per worker, each adding its rank (RANK_FLAGS)
             distributed.update(
-                distributed_world_size=self.cpu_workers,
-                distributed_init_method="env://",  # torchrun's MASTER_ADDR / MASTER_PORT
-                distributed_no_spawn=True,  # torchrun started the processes
-                distributed_backend="gloo",
-                ddp_backend="legacy_ddp",
+                distributed_world_size=self.workers,
+                distributed_init_method="env://",  # MASTER_ADDR / MASTER_PORT of torchrun or the SLURM job
+                distributed_no_spawn=True,
             )
-        elif self.slurm and self.workers > 1:  # fairseq's SLURM setup: one task per GPU, rendezvous on this port
-            distributed.update(distributed_world_size=self.workers, distributed_port=self.master_port)
-        elif self.nodes > 1:
-            raise ValueError("multi-node training runs under SLURM (scripts/submit.py)")
+            if self.cpu_workers:  # docs/fairseq_notes.md: CPU data parallel
+                distributed.update(distributed_backend="gloo", ddp_backend="legacy_ddp")
         elif not self.cpu_workers:  # the GPUs asked for; fairseq's default is every GPU it sees
             distributed.update(distributed_world_size=self.gpus)
         return fairseq
@@ -153,11 +165,14 @@ class Launch:
         return fairseq_flags(self.groups()) + list(self.extra)
 
     def command(self):
-        """The full command line (a list); under SLURM every task (one per GPU) runs it. CPU
-        workers: torchrun starts ``cpu_workers`` processes, each ``fairseq-train`` with the
-        distributed flags of :meth:`groups` and its own rank, torchrun's ``RANK``."""
+        """The full command line (a list). One process per worker: under SLURM every task runs
+        it (each ``fairseq-train`` with its rank from ``SLURM_PROCID``); CPU workers here:
+        torchrun starts ``cpu_workers`` processes (rank from torchrun's ``RANK``)."""
         entry = self.train_entry or str(BIN / "fairseq-train")
-        if self.cpu_workers > 1:
+        command = [entry, *self.fairseq_args()]
+        if self.launcher == "slurm":
+            return ["bash", "-c", RANK_FLAGS["slurm"], "fairseq-train-rank", *command]
+        if self.launcher == "torchrun":
             return [
                 sys.executable,
                 "-m",
@@ -169,12 +184,11 @@ class Launch:
                 "--no-python",
                 "bash",
                 "-c",
-                CPU_RANK_FLAG,
+                RANK_FLAGS["torchrun"],
                 "fairseq-train-rank",  # $0 of that script
-                entry,
-                *self.fairseq_args(),
+                *command,
             ]
-        return [entry, *self.fairseq_args()]
+        return command
 
     def describe(self):
         max_tokens, update_freq = self.plan()
@@ -277,7 +291,7 @@ def is_progress(line):
             "| valid |",
             "| train |",
             "Admin: profiled",
-            "loaded checkpoint",
+            "Loaded checkpoint",
             "done training",
         )
     )
@@ -285,11 +299,20 @@ def is_progress(line):
 
 def train(launch, run_dir, env=None):
     """Write ``run_dir/run.json`` and run the training, logging to ``run_dir/train.log``
-    (each task of a multi-process job: see :func:`write_record`, :func:`train_log`)."""
+    (each task of a multi-process job: see :func:`write_record`, :func:`train_log`). Raises
+    RuntimeError when the training fails, or (rank 0) when it exits without fairseq's "done
+    training": a run that did not reach its end is never scored as if it had."""
     run_dir = Path(run_dir)
     write_record(run_dir, launch)
     print(launch.describe(), flush=True)
     if (Path(launch.save_dir) / "checkpoint_last.pt").exists():
         print(f"resuming from {Path(launch.save_dir) / 'checkpoint_last.pt'}", flush=True)
-    run_logged(launch.command(), train_log(run_dir), launch.recipe.name, is_progress, env)
+    log = train_log(run_dir)
+    start = log.stat().st_size if log.exists() else 0
+    run_logged(launch.command(), log, launch.recipe.name, is_progress, env)
+    with open(log, "rb") as f:  # this attempt's lines only (a resumed run's log holds the earlier ones)
+        f.seek(start)
+        done = b"done training" in f.read()
+    if process_rank() == 0 and not done:
+        raise RuntimeError(f"[{launch.recipe.name}] exited 0 without fairseq's 'done training'; see {log}")
     return run_dir

@@ -1,20 +1,47 @@
 """Submit a grid of runs (recipes x depths x seeds) as SLURM jobs with submitit, one job
-per run: ``gpus`` tasks per node (one per GPU, fairseq's SLURM distributed setup),
-training then evaluation on rank 0, requeued on preemption or timeout (training resumes
-from ``checkpoint_last.pt``). ``write_sbatch`` writes the equivalent sbatch scripts for
-clusters where submitit is not wanted.
+per run: a task per worker on each node (``gpus`` GPUs, or ``cpu_workers`` CPU processes),
+every task one ``fairseq-train`` process of the run (``Launch.command``: rank and device from
+SLURM's variables, rendezvous at the job's first node), then evaluation on rank 0 once the
+training has ended by itself. A job is requeued on preemption or timeout and its training
+resumes from ``checkpoint_last.pt``; a finished run requeued ends at once
+(``_compat.resume_finished``). ``write_sbatch`` writes the equivalent sbatch scripts for
+clusters where submitit is not wanted; ``runs.local_slurm`` starts a SLURM on this machine to
+try both on.
 """
 
 import json
 import os
+import re
 import shlex
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from fairseq_layernorm_plugins.atomic import write_text
 from fairseq_layernorm_plugins.recipes.config import CONFIG_DIR, load_recipe
 from fairseq_layernorm_plugins.runs.evaluate import evaluate
-from fairseq_layernorm_plugins.runs.launch import Launch, data_bin, run_dir, train
+from fairseq_layernorm_plugins.runs.launch import BIN, Launch, data_bin, process_rank, run_dir, train
+
+# the port the tasks of a job meet on, from its job id (jobs sharing a node do not collide)
+PORT_OF_JOB = "20000 + SLURM_JOB_ID % 20000"
+# the same in the sbatch script: MASTER_ADDR / MASTER_PORT for every task (srun passes them on)
+RENDEZVOUS_SH = f"""\
+first=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+MASTER_ADDR=$(scontrol show node "$first" | grep -o 'NodeAddr=[^ ]*' | cut -d= -f2)
+export MASTER_ADDR MASTER_PORT=$(({PORT_OF_JOB}))"""
+
+
+def rendezvous(environ=os.environ):
+    """MASTER_ADDR / MASTER_PORT for the tasks of the SLURM job this process runs in: the
+    address of the job's first node (scontrol's ``NodeAddr``, the node's name unless the
+    cluster says otherwise) and :data:`PORT_OF_JOB`."""
+
+    def scontrol(*args):
+        return subprocess.run(["scontrol", *args], check=True, capture_output=True, text=True).stdout
+
+    first = scontrol("show", "hostnames", environ["SLURM_JOB_NODELIST"]).split()[0]
+    address = re.search(r"NodeAddr=(\S+)", scontrol("show", "node", first)).group(1)
+    return {"MASTER_ADDR": address, "MASTER_PORT": str(20000 + int(environ["SLURM_JOB_ID"]) % 20000)}
 
 
 @dataclass
@@ -35,13 +62,14 @@ class GridRun:
     config_dir: str = str(CONFIG_DIR)
     extra: list = field(default_factory=list)
     evaluate: bool = True
+    train_entry: str = None  # default: fairseq-train of this environment
 
     def launch(self, slurm=False):
         recipe = load_recipe(self.recipe, Path(self.config_dir)).with_depth(self.depth)
         return Launch(
             recipe,
             str(data_bin(self.data, recipe, Path(self.config_dir).parent).absolute()),
-            str(self.run_dir(recipe) / "checkpoints"),
+            str((self.run_dir(recipe) / "checkpoints").absolute()),
             gpus=self.gpus,
             nodes=self.nodes,
             cpu_workers=self.cpu_workers,
@@ -49,6 +77,7 @@ class GridRun:
             seed=self.seed,
             slurm=slurm,
             master_port=self.master_port,
+            train_entry=self.train_entry,
             extra=list(self.extra),
         )
 
@@ -58,11 +87,13 @@ class GridRun:
         )
 
     def __call__(self):
-        slurm = "SLURM_JOB_ID" in os.environ and self.gpus * self.nodes > 1
-        launch = self.launch(slurm=slurm)
+        """Run as every task of the job: train (this task's process), then evaluate on
+        rank 0. A training that fails raises here, so nothing is evaluated and the job fails."""
+        launch = self.launch(slurm="SLURM_JOB_ID" in os.environ)
+        env = {**os.environ, **rendezvous()} if launch.launcher == "slurm" else None
         run_dir = self.run_dir(launch.recipe)
-        train(launch, run_dir)
-        if self.evaluate and int(os.environ.get("SLURM_PROCID", 0)) == 0:
+        train(launch, run_dir, env)
+        if self.evaluate and process_rank() == 0:
             return evaluate(run_dir)
         return None
 
@@ -97,15 +128,15 @@ def submit(runs, folder, cluster=None, timeout_min=4320, partition=None, cpus_pe
             name=f"{run.recipe}-{run.depth}-s{run.seed}".replace("/", "."),
             timeout_min=timeout_min,
             nodes=run.nodes,
-            tasks_per_node=max(1, run.gpus),
+            tasks_per_node=run.cpu_workers or run.gpus,
             cpus_per_task=cpus_per_task,
         )
         if cluster != "local":
-            params.update(gpus_per_node=run.gpus, slurm_signal_delay_s=120)
+            params.update(slurm_signal_delay_s=120, **{"gpus_per_node": run.gpus} if run.gpus else {})
             params.update(
                 {k: v for k, v in dict(slurm_partition=partition, mem_gb=mem_gb, slurm_account=account).items() if v}
             )
-        else:
+        else:  # one process; CPU workers: it starts them (torchrun)
             params["tasks_per_node"] = 1
         executor.update_parameters(**params)
         jobs.append(executor.submit(run))
@@ -113,12 +144,13 @@ def submit(runs, folder, cluster=None, timeout_min=4320, partition=None, cpus_pe
 
 
 def write_sbatch(run, directory, timeout_min=4320, partition=None, cpus_per_task=8, mem_gb=None, account=None):
-    """An sbatch script equivalent to submitting ``run``: one task per GPU on each node;
-    on SIGUSR1 (120 s before the time limit, or preemption) the job is requeued and the
-    script exits; evaluation runs only when training exited 0 (it reached the recipe's end)."""
+    """An sbatch script equivalent to submitting ``run``: a task per worker on each node; on
+    SIGUSR1 (120 s before the time limit, or preemption) the job is requeued and the script
+    exits; evaluation runs only when every task's training exited 0 (it reached the recipe's
+    end); otherwise the job fails with the training log's tail in its output."""
     launch = run.launch(slurm=True)
-    run_dir = run.run_dir(launch.recipe)
-    directory = Path(directory)
+    run_dir = run.run_dir(launch.recipe).absolute()
+    directory = Path(directory).absolute()
     directory.mkdir(parents=True, exist_ok=True)
     name = f"{run.recipe}-{run.depth}-s{run.seed}".replace("/", ".")
     hours, minutes = divmod(timeout_min, 60)
@@ -126,13 +158,14 @@ def write_sbatch(run, directory, timeout_min=4320, partition=None, cpus_per_task
         "#!/bin/bash",
         f"#SBATCH --job-name={name}",
         f"#SBATCH --nodes={run.nodes}",
-        f"#SBATCH --ntasks-per-node={run.gpus}",
-        f"#SBATCH --gpus-per-node={run.gpus}",
+        f"#SBATCH --ntasks-per-node={run.cpu_workers or run.gpus}",
+        *[f"#SBATCH --gpus-per-node={run.gpus}"] * bool(run.gpus),
         f"#SBATCH --cpus-per-task={cpus_per_task}",
         f"#SBATCH --time={hours:02d}:{minutes:02d}:00",
         "#SBATCH --requeue",
+        "#SBATCH --open-mode=append",  # a requeued job's output follows the earlier attempts'
         "#SBATCH --signal=B:USR1@120",
-        f"#SBATCH --output={run_dir}/slurm-%j.out",
+        f"#SBATCH --output={directory}/{name}-%j.out",  # a folder that exists when the job starts
     ]
     lines += [f"#SBATCH --partition={partition}"] * bool(partition) + [f"#SBATCH --mem={mem_gb}G"] * bool(mem_gb)
     lines += [f"#SBATCH --account={account}"] * bool(account)
@@ -145,12 +178,18 @@ def write_sbatch(run, directory, timeout_min=4320, partition=None, cpus_per_task
         f"cat > {shlex.quote(str(run_dir / 'run.json'))} <<'JSON'",
         json.dumps(launch.record(run_dir), indent=1),
         "JSON",
-        f"srun --label {shlex.join(launch.command())} >> {shlex.quote(str(run_dir / 'train.log'))} 2>&1 &",
+        *[RENDEZVOUS_SH] * (launch.launcher == "slurm"),
+        "# -K: one task failing ends the others",
+        f"srun -K --label {shlex.join(launch.command())} >> {shlex.quote(str(run_dir / 'train.log'))} 2>&1 &",
         "wait $!  # returns early when USR1 arrives; the trap then requeues and exits",
         "status=$?",
-        '[ "$status" -eq 0 ] || { echo "training exited with status $status: not evaluating" >&2; exit "$status"; }',
+        "if [ $status -ne 0 ]; then",
+        f"    tail -n 20 {shlex.quote(str(run_dir / 'train.log'))} >&2",
+        '    echo "training exited with status $status: not evaluating" >&2',
+        '    exit "$status"',
+        "fi",
         "# training ended by itself: evaluate",
-        f"python {shlex.quote(str(Path(run.config_dir).parent / 'scripts' / 'evaluate.py'))} {shlex.quote(str(run_dir))}",
+        f"{shlex.quote(str(BIN / 'fairseq-ln-evaluate'))} {shlex.quote(str(run_dir))}",
         "",
     ]
     return write_text(directory / f"{name}.sbatch", "\n".join(lines))

@@ -1,9 +1,10 @@
-"""Run fairseq-train in this process (one rank of a ``torchrun`` job) and, at the end,
+"""Run fairseq-train in this process (one rank of a data-parallel job) and, at the end,
 write this rank's final model parameters to ``$DUMP_DIR/rank<N>.pt``.
 
-Used by the data-parallel test: fairseq saves checkpoints from rank 0 only, so this is
-how the test sees every rank's parameters. Distributed flags come from torchrun's env
-(gloo on CPU, docs/fairseq_notes.md)."""
+Used by the data-parallel tests: fairseq saves checkpoints from rank 0 only, so this is
+how a test sees every rank's parameters. Given the distributed flags (a SLURM task, started
+by the package's launcher), it adds nothing; otherwise (a bare ``torchrun``) it adds them
+from torchrun's env (gloo on CPU, docs/fairseq_notes.md)."""
 
 import os
 import sys
@@ -23,7 +24,7 @@ def capture_trainers(init):
     return capturing_init
 
 
-if __name__ == "__main__":
+if __name__ == "__main__" and "--distributed-rank" not in sys.argv:
     rank, world = os.environ["RANK"], os.environ["WORLD_SIZE"]
     sys.argv = [
         sys.argv[0],
@@ -40,6 +41,7 @@ if __name__ == "__main__":
         "--ddp-backend",
         "legacy_ddp",
     ]
+if __name__ == "__main__":
     import fairseq_layernorm_plugins  # noqa: F401  (installs Admin's hook; we wrap on top of it)
 
     Trainer.__init__ = capture_trainers(Trainer.__init__)
@@ -48,5 +50,5 @@ if __name__ == "__main__":
     model = getattr(model, "module", model)
     torch.save(
         {k: v.detach().cpu() for k, v in model.state_dict().items()},
-        os.path.join(os.environ["DUMP_DIR"], f"rank{rank}.pt"),
+        os.path.join(os.environ["DUMP_DIR"], f"rank{torch.distributed.get_rank()}.pt"),
     )
