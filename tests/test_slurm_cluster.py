@@ -344,3 +344,37 @@ def test_two_node_admin_requeued_by_its_time_limit_ends_as_an_uninterrupted_run(
     for rank in (dumps["cut"][1], dumps["alone"][0], dumps["alone"][1]):
         assert_equal_models(dumps["cut"][0], rank)
     assert_equal_models(model_of(run_dir), dumps["cut"][0])  # and rank 0 saved it
+
+
+def test_local_slurm_script_starts_one_node_and_stops_exactly_its_daemons(cluster, tmp_path):
+    """``scripts/local_slurm.py`` as a user runs it, beside the file's own cluster: one idle
+    node reachable through its env.sh; stopped with a job running, the job is cancelled (no
+    process of it left behind) and every daemon it started is gone, the other cluster's left
+    running."""
+    folder = Path(tempfile.mkdtemp(prefix="fsln-one-"))
+    script = [sys.executable, str(REPO / "scripts" / "local_slurm.py")]
+    try:
+        started = subprocess.run([*script, "start", str(folder), "--nodes", "1"], capture_output=True, text=True)
+        assert started.returncode == 0, started.stderr
+        assert started.stdout.strip() == f"1 node(s) idle; source {folder / 'env.sh'}"
+        conf = (folder / "env.sh").read_text().split("=", 1)[1].strip()
+        nodes = subprocess.run(
+            ["sinfo", "-h", "-N", "-o", "%N %t"], env={**os.environ, "SLURM_CONF": conf}, capture_output=True, text=True
+        )
+        assert nodes.stdout.split() == ["n1", "idle"]
+        pids = LocalCluster(folder).pids()
+        assert sorted(pids) == ["munged.pid", "slurmctld.pid", "slurmd.n1.pid"]
+        env = {**os.environ, "SLURM_CONF": conf}
+        job = subprocess.run(
+            ["sbatch", "--parsable", "-o", "/dev/null", "--wrap", "sleep 301"], env=env, capture_output=True, text=True
+        )
+        wait_until(lambda: subprocess.run(["pgrep", "-f", "sleep 301"]).returncode == 0, "the job to start")
+        assert subprocess.run([*script, "stop", str(folder)]).returncode == 0
+        assert subprocess.run(["pgrep", "-f", "slurmstepd|sleep 301"]).returncode == 1, job.stdout  # cancelled first
+        for pid in pids.values():
+            with pytest.raises(ProcessLookupError):
+                os.kill(pid, 0)
+        assert len(cluster.pids()) == 4  # the file's cluster: munged, slurmctld, two slurmd
+    finally:
+        LocalCluster(folder).stop()
+        shutil.rmtree(folder)

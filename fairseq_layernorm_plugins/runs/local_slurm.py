@@ -24,7 +24,7 @@ from pathlib import Path
 
 from fairseq_layernorm_plugins.atomic import write_text
 
-DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "sinfo", "scontrol")
+COMMANDS = ("munged", "slurmctld", "slurmd", "sbatch", "sinfo", "squeue", "scontrol", "scancel")
 CONF = """\
 ClusterName=fsln-local
 SlurmctldHost={host}(127.0.0.1)
@@ -57,7 +57,7 @@ PartitionName=local Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 
 def missing_commands():
     """The SLURM / munge programs this machine lacks (empty when a local cluster can start)."""
-    return [name for name in DAEMONS if shutil.which(name) is None]
+    return [name for name in COMMANDS if shutil.which(name) is None]
 
 
 def free_ports(count):
@@ -73,12 +73,16 @@ def free_ports(count):
 
 
 def _signal(pid, signum):
-    """Send ``signum`` to ``pid``; False when it has exited."""
+    """Send ``signum`` to ``pid``; False when it has exited (a zombie, left unreaped where
+    nothing reaps orphans, has exited too)."""
     try:
         os.kill(pid, signum)
-        return True
     except ProcessLookupError:
         return False
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
 
 
 class LocalCluster:
@@ -151,21 +155,26 @@ class LocalCluster:
             time.sleep(0.2)
 
     def pids(self):
-        """{pid file: pid} of this folder's daemons still running."""
+        """{pid file: pid} of this folder's daemons still running: a pid file's process whose
+        command line names this folder (a stale file's pid may belong to another process now)."""
         running = {}
         for path in sorted(self.dir.glob("*.pid")):
             try:
                 pid = int(path.read_text().split()[0])
-                os.kill(pid, 0)
-            except (ValueError, IndexError, ProcessLookupError, FileNotFoundError):
+                ours = str(self.dir).encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
+            except (ValueError, IndexError, OSError):
                 continue
-            running[path.name] = pid
+            if ours and _signal(pid, 0):
+                running[path.name] = pid
         return running
 
     def stop(self, timeout=30):
-        """SIGTERM the daemons this folder's pid files name (the slurmds, then slurmctld and
-        munged) and wait for them to exit; jobs still running are ended by their slurmd."""
+        """Cancel the jobs still queued or running and wait for them to leave the queue, then
+        SIGTERM the daemons this folder's pid files name (the slurmds, then slurmctld and
+        munged) and wait for them to exit."""
         running = self.pids()
+        if "slurmctld.pid" in running:  # jobs first: a slurmd stopped under a running job leaves its slurmstepd behind
+            self._cancel_jobs(timeout)
         groups = [
             [pid for name, pid in running.items() if name.startswith("slurmd.")],
             [pid for name, pid in running.items() if not name.startswith("slurmd.")],
@@ -178,6 +187,19 @@ class LocalCluster:
                 time.sleep(0.05)
             for pid in group:
                 _signal(pid, signal.SIGKILL)
+
+    def _cancel_jobs(self, timeout):
+        def queue():
+            listed = subprocess.run(["squeue", "-h", "-o", "%i"], env=self.env, capture_output=True, text=True)
+            return listed.stdout.split() if listed.returncode == 0 else []
+
+        jobs = queue()
+        if jobs:
+            subprocess.run(["scancel", *jobs], env=self.env, capture_output=True)
+        deadline = time.monotonic() + timeout
+        while jobs and time.monotonic() < deadline:
+            time.sleep(0.2)
+            jobs = queue()
 
     def __enter__(self):
         return self.start()
