@@ -56,7 +56,8 @@ def pytest_terminal_summary(terminalreporter):
 # argv on, as the console script runs it): they write no state a later call reads, and each
 # saves the 3 s of a fresh interpreter importing torch and fairseq. fairseq-train and
 # fairseq-preprocess keep a process of their own (fairseq keeps the best checkpoint's score
-# on a function between runs), as does any call with its own cwd or environment.
+# on a function between runs) unless a test asks otherwise (IN_PROCESS_ON_REQUEST), as does
+# any call with its own cwd or environment.
 IN_PROCESS = {
     "fairseq-generate": "fairseq_cli.generate",
     "fairseq-eval-lm": "fairseq_cli.eval_lm",
@@ -64,14 +65,27 @@ IN_PROCESS = {
 }
 
 
-def run_cli(tool, *args, cwd=None, timeout=300, env=None, input_text=None):
+# on request (``run_cli(..., in_process=True)``), for tests that read what a run wrote and not the
+# process around it: fairseq-train with its per-run state reset first (fresh_train_state), and
+# fairseq-preprocess (its log file handler removed after the call)
+IN_PROCESS_ON_REQUEST = {"fairseq-train": "fairseq_cli.train", "fairseq-preprocess": "fairseq_cli.preprocess"}
+
+
+def run_cli(tool, *args, cwd=None, timeout=300, env=None, input_text=None, in_process=False):
     """Run a fairseq console script (``fairseq-train`` ...), ``input_text`` on its stdin; return
     its combined output (log lines as fairseq formats them).
+
+    ``in_process=True`` runs ``fairseq-train`` and ``fairseq-preprocess`` through their
+    ``cli_main`` in this process as well (IN_PROCESS_ON_REQUEST).
 
     On failure the test fails with the tail of the log rather than a bare exit code.
     """
     cmd = [str(BIN / tool), *map(str, args)]
-    if tool in IN_PROCESS and cwd is None and env is None:
+    if in_process and tool in IN_PROCESS_ON_REQUEST and cwd is None and env is None:
+        if tool == "fairseq-train":
+            fresh_train_state()
+        code, out = _run_in_process(IN_PROCESS_ON_REQUEST[tool], cmd, input_text)
+    elif tool in IN_PROCESS and cwd is None and env is None:
         code, out = _run_in_process(IN_PROCESS[tool], cmd, input_text)
     else:
         proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env, input=input_text)
@@ -79,6 +93,18 @@ def run_cli(tool, *args, cwd=None, timeout=300, env=None, input_text=None):
     if code != 0:
         pytest.fail(f"{' '.join(cmd)} exited {code}:\n{out[-4000:]}")
     return out
+
+
+def fresh_train_state():
+    """fairseq-train's state between runs, as a new process has it: the best validation score
+    (``checkpoint_utils.save_checkpoint.best``) and ``--patience``'s best and count
+    (``should_stop_early``) live in function attributes."""
+    from fairseq import checkpoint_utils
+    from fairseq_cli.train import should_stop_early
+
+    vars(checkpoint_utils.save_checkpoint).pop("best", None)
+    for name in ("best", "num_runs"):
+        vars(should_stop_early).pop(name, None)
 
 
 def _run_in_process(module, argv, input_text):
@@ -93,6 +119,8 @@ def _run_in_process(module, argv, input_text):
     from unittest import mock
 
     buffer = io.StringIO()
+    own_logger = logging.getLogger(module)  # fairseq-preprocess adds a handler writing DESTDIR/preprocess.log
+    own_handlers = own_logger.handlers[:]
     handler = logging.StreamHandler(buffer)
     handler.setFormatter(logging.Formatter("%(asctime)s | %(levelname)s | %(name)s | %(message)s", "%Y-%m-%d %H:%M:%S"))
     root = logging.getLogger()
@@ -118,6 +146,9 @@ def _run_in_process(module, argv, input_text):
     finally:
         root.removeHandler(handler)
         root.setLevel(level)
+        for added in own_logger.handlers[len(own_handlers) :]:
+            own_logger.removeHandler(added)
+            added.close()
     return code, buffer.getvalue()
 
 
@@ -132,7 +163,8 @@ def json_records(log, kind):
 
 @pytest.fixture(scope="session")
 def tiny_data_bin(tmp_path_factory):
-    """A fairseq data-bin (src -> tgt) made by the real ``fairseq-preprocess``."""
+    """A fairseq data-bin (src -> tgt) made by the real ``fairseq-preprocess`` (its ``cli_main``,
+    in this process)."""
     root = tmp_path_factory.mktemp("tiny")
     write_reversal_task(root)
     run_cli(
@@ -151,6 +183,7 @@ def tiny_data_bin(tmp_path_factory):
         root / "bin",
         "--workers",
         "1",
+        in_process=True,
     )
     return root / "bin"
 
@@ -161,7 +194,8 @@ LM_WORDS = "the a one two three four five six seven eight nine ten red green blu
 @pytest.fixture(scope="session")
 def lm_data_bin(tmp_path_factory):
     """A word-level LM data-bin (``fairseq-preprocess --only-source``, as for WikiText): lines
-    that count through a fixed word list from a varying start, so the next word is learnable."""
+    that count through a fixed word list from a varying start, so the next word is learnable
+    (``fairseq-preprocess``'s ``cli_main``, in this process)."""
     root = tmp_path_factory.mktemp("lm")
     for split, lines in (("train", 400), ("valid", 40), ("test", 40)):
         text = [" ".join(LM_WORDS[(i * 7 + k) % len(LM_WORDS)] for k in range(6 + i % 9)) for i in range(lines)]
@@ -171,6 +205,7 @@ def lm_data_bin(tmp_path_factory):
         "--only-source",
         *("--trainpref", root / "train.txt", "--validpref", root / "valid.txt", "--testpref", root / "test.txt"),
         *("--destdir", root / "bin", "--workers", "1"),
+        in_process=True,
     )
     return root / "bin"
 

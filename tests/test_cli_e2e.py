@@ -36,15 +36,17 @@ EPOCH_DECAY = [
     "--inverse-sqrt-after-decay",
 ]
 
-# (arch, optimizer flags, schedule flags): every model with its recipe's kind of schedule
-# (warm-up unless the method is meant to train without), and each new optimizer /
-# schedule once
+# (arch, optimizer flags, schedule flags): every model once, with its recipe's kind of
+# optimizer and schedule (configs/iwslt14/: Admin's RAdam, Pre-LN's epoch decay, T-Fixup
+# without warm-up, Adam with warm-up for the rest), so that each new optimizer and schedule
+# trains and resumes once
 RESUME_AT = 7  # in epoch 1, after RAdam (beta2 0.98) has started to rectify (t = 6); compared at 3x
-NO_WARMUP_METHODS = {"transformer_tfixup_iwslt_de_en"}
-RUNS = [(arch, ADAM, NOWARMUP if arch in NO_WARMUP_METHODS else WARMUP) for arch in MODEL_ARCHS] + [
-    ("transformer_preln_iwslt_de_en", RADAM, NOWARMUP),
-    ("transformer_preln_iwslt_de_en", ADAM, EPOCH_DECAY),
-]
+RECIPE_RUNS = {
+    "transformer_admin_iwslt_de_en": (RADAM, WARMUP),
+    "transformer_preln_iwslt_de_en": (ADAM, EPOCH_DECAY),
+    "transformer_tfixup_iwslt_de_en": (ADAM, NOWARMUP),
+}
+RUNS = [(arch, *RECIPE_RUNS.get(arch, (ADAM, WARMUP))) for arch in MODEL_ARCHS]
 
 
 def train(data_bin, save_dir, arch, optimizer, schedule, max_update, *extra):
@@ -232,6 +234,7 @@ def tiny_joined_data_bin(tiny_data_bin):
         *("--source-lang", "src", "--target-lang", "tgt", "--joined-dictionary", "--workers", "1"),
         *("--trainpref", root / "train", "--validpref", root / "valid", "--testpref", root / "test"),
         *("--destdir", root / "joined"),
+        in_process=True,
     )
     return root / "joined"
 

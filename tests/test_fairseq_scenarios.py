@@ -304,25 +304,38 @@ def retained(model):
     return {name for name, m in model.named_modules() if isinstance(m, FairseqDropout) and m.apply_during_inference}
 
 
+RETAIN_DROPOUT_MODULES = (None, ("TransformerEncoder", "TransformerEncoderLayerBase"))
+
+
+def prepared_for_inference(model_cls, task, modules):
+    """``model_cls`` built from bare args with dropout, then ``--retain-dropout`` (and
+    ``--retain-dropout-modules``) applied as fairseq's generation does (``prepare_for_inference_``)."""
+    args = bare_args(model_cls, *TINY_MODEL, "--dropout", 0.3)
+    args.retain_dropout, args.retain_dropout_modules = True, None if modules is None else list(modules)
+    model = model_cls.build_model(args, task)
+    model.prepare_for_inference_(convert_namespace_to_omegaconf(args))
+    assert not model.training
+    return model
+
+
+@pytest.fixture(scope="module")
+def stock_retained(translation_task):
+    """--retain-dropout-modules -> the dropout modules fairseq's own transformer keeps on (the
+    same for every family: made once)."""
+    from fairseq.models.transformer import TransformerModel
+
+    return {m: retained(prepared_for_inference(TransformerModel, translation_task, m)) for m in RETAIN_DROPOUT_MODULES}
+
+
 @pytest.mark.parametrize("family", FAMILIES)
-def test_retain_dropout_as_fairseqs_transformer(translation_task, family):
+def test_retain_dropout_as_fairseqs_transformer(translation_task, stock_retained, family):
     """``--retain-dropout`` (``prepare_for_inference_``) keeps the same dropout modules on in
     eval mode as for fairseq's transformer built from the same bare args: all of them, or
     those ``--retain-dropout-modules`` names."""
-    from fairseq.models.transformer import TransformerModel
-
-    def prepared(model_cls, modules):
-        args = bare_args(model_cls, *TINY_MODEL, "--dropout", 0.3)
-        args.retain_dropout, args.retain_dropout_modules = True, modules
-        model = model_cls.build_model(args, translation_task)
-        model.prepare_for_inference_(convert_namespace_to_omegaconf(args))
-        assert not model.training
-        return model
-
-    for modules in (None, ["TransformerEncoder", "TransformerEncoderLayerBase"]):
-        ours = prepared(MODEL_REGISTRY[family], modules)
-        assert retained(ours) == retained(prepared(TransformerModel, modules)) and retained(ours)
-    ours = prepared(MODEL_REGISTRY[family], None)
+    models = {m: prepared_for_inference(MODEL_REGISTRY[family], translation_task, m) for m in RETAIN_DROPOUT_MODULES}
+    for modules, ours in models.items():
+        assert retained(ours) == stock_retained[modules] and retained(ours)
+    ours = models[None]  # every dropout module on in eval mode
     src = batch(translation_task)["net_input"]
     with torch.no_grad():
         first, again = (ours(**src)[0] for _ in range(2))
@@ -370,7 +383,7 @@ def joined_data_bin(tmp_path_factory, tiny_data_bin):
     splits = [a for split in ("train", "valid", "test") for a in (f"--{split}pref", raw / split)]
     run_cli(
         "fairseq-preprocess", "--source-lang", "src", "--target-lang", "tgt", *splits,
-        "--joined-dictionary", "--destdir", destdir, "--workers", "1",
+        "--joined-dictionary", "--destdir", destdir, "--workers", "1", in_process=True,
     )  # fmt: skip
     return destdir
 

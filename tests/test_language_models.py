@@ -197,14 +197,17 @@ TRAIN += ["--log-format", "json", "--log-interval", "1", "--no-progress-bar", "-
 @pytest.mark.parametrize("family", LM_FAMILIES)
 def test_trains_resumes_scores_and_samples(lm_data_bin, tmp_path, family):
     """fairseq-train (Admin profiles its first batch), a resume that goes on from its
-    checkpoint, fairseq-eval-lm's perplexity below the vocabulary size, and sampling."""
+    checkpoint, fairseq-eval-lm's perplexity below the vocabulary size, and sampling. Every
+    command runs through its own ``cli_main`` in this process (fairseq-train's per-run state
+    reset first, ``run_cli``): bit-for-bit resumes in a fresh ``fairseq-train`` process are
+    test_cli_e2e.py's."""
     common = [lm_data_bin, "--arch", family, "--user-dir", PLUGIN_DIR, *TINY_LM, *TRAIN, "--save-dir", tmp_path]
-    log = run_cli("fairseq-train", *common, "--max-update", "30", "--no-epoch-checkpoints")
+    log = run_cli("fairseq-train", *common, "--max-update", "30", "--no-epoch-checkpoints", in_process=True)
     losses = [float(r["loss"]) for r in json_records(log, "train_inner")]
     assert len(losses) == 30 and all(map(math.isfinite, losses))
     assert sum(losses[-5:]) < sum(losses[:5])
     assert ("Admin: profiled 1 batch" in log) is (family == "transformer_lm_admin")
-    resumed = run_cli("fairseq-train", *common, "--max-update", "34", "--no-epoch-checkpoints")
+    resumed = run_cli("fairseq-train", *common, "--max-update", "34", "--no-epoch-checkpoints", in_process=True)
     assert "checkpoint_last.pt (epoch" in resumed and "@ 30 updates)" in resumed
     assert [r["num_updates"] for r in json_records(resumed, "train_inner")] == ["31", "32", "33", "34"]
 
@@ -229,11 +232,13 @@ def test_trains_resumes_scores_and_samples(lm_data_bin, tmp_path, family):
 
 
 def test_mixed_precision_and_fused_attention(lm_data_bin, tmp_path):
-    """A Post-LN language model trains in fp16 on the CPU (``_compat``) with ``--fused-attention``."""
+    """A Post-LN language model trains in fp16 on the CPU (``_compat``) with ``--fused-attention``
+    (fairseq-train's ``cli_main`` in this process)."""
     log = run_cli(
         "fairseq-train",
         *(lm_data_bin, "--arch", "transformer_lm_postln", "--user-dir", PLUGIN_DIR, *TINY_LM, *TRAIN),
         *("--save-dir", tmp_path, "--max-update", "6", "--fp16", "--fp16-no-flatten-grads", "--fused-attention"),
+        in_process=True,
     )
     records = json_records(log, "train_inner")
     assert len(records) == 6 and all(math.isfinite(float(r["loss"])) and "loss_scale" in r for r in records)

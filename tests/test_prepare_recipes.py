@@ -24,6 +24,26 @@ def iwslt_archive(tmp_path_factory):
     return build_iwslt14_archive(shared_data("iwslt14", "orig_de-en"), tmp_path_factory.mktemp("archive") / "de-en.tgz")
 
 
+SMALL_SEGMENTS = 120  # per xml file: a tenth of the smallest
+
+
+@pytest.fixture(scope="module")
+def small_iwslt_archive(tmp_path_factory):
+    """The same archive (every member, every talk's header lines) with only the first
+    SMALL_SEGMENTS <seg>s of each xml file, for the tests of when the steps run, which do not
+    depend on the corpus's size (the full one's sizes and contents:
+    test_iwslt14_archive_to_data_bin_that_fairseq_trains_on)."""
+    orig, small = shared_data("iwslt14", "orig_de-en"), tmp_path_factory.mktemp("small_orig")
+    for xml in orig.glob("*.xml"):
+        segments, kept = 0, []
+        for line in xml.read_text(encoding="utf-8").splitlines():
+            segments += "<seg id" in line
+            if "<seg id" not in line or segments <= SMALL_SEGMENTS:
+                kept.append(line)
+        (small / xml.name).write_text("\n".join(kept) + "\n", encoding="utf-8")
+    return build_iwslt14_archive(small, tmp_path_factory.mktemp("small_archive") / "de-en.tgz")
+
+
 def test_iwslt14_archive_to_data_bin_that_fairseq_trains_on(iwslt_archive, tmp_path):
     out = tmp_path / "iwslt14"
     stamp = iwslt14.prepare(out, archive=iwslt_archive, merges=1000)
@@ -74,12 +94,13 @@ def test_iwslt14_archive_to_data_bin_that_fairseq_trains_on(iwslt_archive, tmp_p
         "json",
         "--log-interval",
         "1",
+        in_process=True,  # fairseq-train's cli_main: the data-bin is what is tested
     )
     assert len(json_records(log, "train_inner")) == 3
     assert float(json_records(log, "valid")[-1]["valid_loss"]) > 0  # the valid split binarised and loads too
 
 
-def test_interrupted_run_resumes_and_force_redoes(iwslt_archive, tmp_path, monkeypatch):
+def test_interrupted_run_resumes_and_force_redoes(small_iwslt_archive, tmp_path, monkeypatch):
     out = tmp_path / "iwslt14"
 
     def interrupted(*args):
@@ -88,7 +109,7 @@ def test_interrupted_run_resumes_and_force_redoes(iwslt_archive, tmp_path, monke
     real_bpe, real_tokenize = iwslt14.apply_bpe, iwslt14.tokenize
     monkeypatch.setattr(iwslt14, "apply_bpe", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        iwslt14.prepare(out, archive=iwslt_archive, merges=500)
+        iwslt14.prepare(out, archive=small_iwslt_archive, merges=500)
     assert not out.exists()
     work = tmp_path / "iwslt14.work"
     assert sorted(p.name for p in work.iterdir() if not p.name.startswith(".")) == ["tokenize.de-en", "unpack"]
@@ -96,15 +117,17 @@ def test_interrupted_run_resumes_and_force_redoes(iwslt_archive, tmp_path, monke
     calls = []
     monkeypatch.setattr(iwslt14, "apply_bpe", real_bpe)
     monkeypatch.setattr(iwslt14, "tokenize", lambda *a: calls.append("tokenize") or real_tokenize(*a))
-    first = iwslt14.prepare(out, archive=iwslt_archive, merges=500, keep_work=True)
+    first = iwslt14.prepare(out, archive=small_iwslt_archive, merges=500, keep_work=True)
     assert calls == []  # the finished tokenisation step was not redone
-    again = iwslt14.prepare(out, archive=iwslt_archive, merges=500, keep_work=True)
+    again = iwslt14.prepare(out, archive=small_iwslt_archive, merges=500, keep_work=True)
     assert calls == [] and again == first
-    iwslt14.prepare(out, archive=iwslt_archive, merges=500, force=True)
+    iwslt14.prepare(out, archive=small_iwslt_archive, merges=500, force=True)
     assert calls == ["tokenize"]
 
 
-def test_an_up_to_date_directory_builds_nothing_although_its_work_dir_is_gone(iwslt_archive, tmp_path, monkeypatch):
+def test_an_up_to_date_directory_builds_nothing_although_its_work_dir_is_gone(
+    small_iwslt_archive, tmp_path, monkeypatch
+):
     """Every claims.py / main_job.py call prepares its data again: with the work directory
     removed after the first preparation, the steps' keys alone must tell that the output
     is current, and a changed option must still rebuild."""
@@ -113,18 +136,18 @@ def test_an_up_to_date_directory_builds_nothing_although_its_work_dir_is_gone(iw
     for name in ("extract", "tokenize", "apply_bpe"):
         real = getattr(iwslt14, name)
         monkeypatch.setattr(iwslt14, name, lambda *a, _name=name, _real=real: built.append(_name) or _real(*a))
-    first = iwslt14.prepare(out, archive=iwslt_archive, merges=500)
+    first = iwslt14.prepare(out, archive=small_iwslt_archive, merges=500)
     assert built == ["extract", "tokenize", "apply_bpe"] and not work.exists()
 
     built.clear()
-    assert iwslt14.prepare(out, archive=iwslt_archive, merges=500) == first
+    assert iwslt14.prepare(out, archive=small_iwslt_archive, merges=500) == first
     assert built == [] and not work.exists()
 
-    changed = iwslt14.prepare(out, archive=iwslt_archive, merges=400)
+    changed = iwslt14.prepare(out, archive=small_iwslt_archive, merges=400)
     assert built == ["extract", "tokenize", "apply_bpe"] and changed["merges"] == 400 != first["merges"]
 
 
-def test_a_second_process_preparing_the_same_directory_waits_for_the_first(iwslt_archive, tmp_path):
+def test_a_second_process_preparing_the_same_directory_waits_for_the_first(small_iwslt_archive, tmp_path):
     """Two commands started together (two claims.py seeds) once raced over OUT.work and one
     crashed; now the later waits on OUT.lock and then finds what it needs."""
     out = tmp_path / "iwslt14"
@@ -137,7 +160,7 @@ def test_a_second_process_preparing_the_same_directory_waits_for_the_first(iwslt
         with exclusive(tmp_path / "iwslt14.lock"):  # re-entrant: nested preparations share the lock
             pass
         child = subprocess.Popen(
-            [sys.executable, "-c", script, str(out), str(iwslt_archive)], stderr=subprocess.PIPE, text=True
+            [sys.executable, "-c", script, str(out), str(small_iwslt_archive)], stderr=subprocess.PIPE, text=True
         )
         waiting = child.stderr.readline()
         assert "another process is preparing this data; waiting for it" in waiting, waiting

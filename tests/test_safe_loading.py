@@ -14,7 +14,7 @@ import sys
 
 import pytest
 import torch
-from conftest import BIN, PLUGIN_DIR, TINY_MODEL, run_cli
+from conftest import BIN, PLUGIN_DIR, TINY_MODEL, _run_in_process, run_cli
 
 UNSAFE = "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"
 SAFE_ENV = {**{k: v for k, v in os.environ.items() if k != UNSAFE}, "OMP_NUM_THREADS": "1"}
@@ -61,22 +61,34 @@ def test_fairseqs_checkpoint_loading_refuses_a_pickle_that_runs_code(tmp_path, m
     assert not marker.exists()
 
 
-def test_fairseq_generate_and_train_refuse_a_pickle_that_runs_code(tiny_data_bin, tmp_path):
+def test_fairseq_generate_and_train_refuse_a_pickle_that_runs_code(tiny_data_bin, tmp_path, monkeypatch):
     """The commands: ``fairseq-generate --path`` and ``fairseq-train --restore-file`` with
     ``--user-dir fairseq_layernorm_plugins`` stop with an UnpicklingError; the marker the
-    pickle would write never appears."""
+    pickle would write never appears. fairseq-train is a fresh process with the unsafe
+    variable set before anything is imported; fairseq-generate runs its ``cli_main`` in this
+    process (as ``run_cli`` runs it), without the variable."""
     path, marker = malicious_checkpoint(tmp_path)
     plugin = ["--user-dir", str(PLUGIN_DIR)]
-    generate = ["fairseq-generate", tiny_data_bin, *plugin, "--path", path, "--gen-subset", "test", "--cpu"]
-    train = ["fairseq-train", tiny_data_bin, *plugin, "--arch", "transformer_postln", *TINY_MODEL]
+    generate = [BIN / "fairseq-generate", tiny_data_bin, *plugin, "--path", path, "--gen-subset", "test", "--cpu"]
+    monkeypatch.delenv(UNSAFE, raising=False)
+    code, out = _run_in_process("fairseq_cli.generate", [str(arg) for arg in generate], None)
+    assert code != 0
+    assert "UnpicklingError" in out, out[-3000:]
+    assert not marker.exists(), "fairseq-generate"
+    train = [BIN / "fairseq-train", tiny_data_bin, *plugin, "--arch", "transformer_postln", *TINY_MODEL]
     train += ["--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "500", "--max-update", "1", "--cpu"]
     train += ["--save-dir", tmp_path / "resume", "--restore-file", path]
-    for command, env in ((generate, SAFE_ENV), (train, {**SAFE_ENV, UNSAFE: "1"})):
-        cmd = [str(BIN / command[0]), *map(str, command[1:])]
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
-        assert proc.returncode != 0
-        assert "UnpicklingError" in proc.stderr, proc.stderr[-3000:]
-        assert not marker.exists(), command[0]
+    proc = subprocess.run(
+        [str(arg) for arg in train],
+        capture_output=True,
+        text=True,
+        env={**SAFE_ENV, UNSAFE: "1"},
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert proc.returncode != 0
+    assert "UnpicklingError" in proc.stderr, proc.stderr[-3000:]
+    assert not marker.exists(), "fairseq-train"
 
 
 TRAIN = [
@@ -100,18 +112,12 @@ TRAIN += ["--maximize-best-checkpoint-metric", "--no-progress-bar", "--seed", "1
 @pytest.fixture(scope="module")
 def trained(tiny_data_bin, tmp_path_factory):
     """(data-bin, save dir): one epoch of Admin, validated with --eval-bleu, saved as
-    ``checkpoint1.pt`` and ``checkpoint_last.pt``, without the unsafe variable."""
+    ``checkpoint1.pt`` and ``checkpoint_last.pt``, without the unsafe variable (fairseq-train's
+    ``cli_main`` in this process: the checkpoints are what the tests read)."""
     save = tmp_path_factory.mktemp("safe_loading") / "ckpt"
-    run_cli(
-        "fairseq-train",
-        tiny_data_bin,
-        *TRAIN,
-        "--max-epoch",
-        "1",
-        "--save-dir",
-        save,
-        env=SAFE_ENV,
-    )
+    with pytest.MonkeyPatch.context() as env:
+        env.delenv(UNSAFE, raising=False)
+        run_cli("fairseq-train", tiny_data_bin, *TRAIN, "--max-epoch", "1", "--save-dir", save, in_process=True)
     return tiny_data_bin, save
 
 
@@ -126,29 +132,33 @@ def test_real_checkpoints_hold_what_torch_refuses_by_default(trained):
         torch.load(save / "checkpoint1.pt")
 
 
-def test_a_real_checkpoint_resumes(trained, tmp_path):
+def test_a_real_checkpoint_resumes(trained, tmp_path, monkeypatch):
+    """fairseq-train's ``cli_main`` in this process (its per-run state reset, ``run_cli``),
+    without the unsafe variable; a fresh process resumes on two ranks below."""
     data_bin, save = trained
     resumed = tmp_path / "ckpt"
     resumed.mkdir()
     (resumed / "checkpoint_last.pt").write_bytes((save / "checkpoint1.pt").read_bytes())
+    monkeypatch.delenv(UNSAFE, raising=False)
     log = run_cli(
         "fairseq-train",
         data_bin,
         *(*TRAIN, "--max-epoch", "2", "--save-dir", resumed),
-        env=SAFE_ENV,
+        in_process=True,
     )
     assert re.search(r"Loaded checkpoint \S+checkpoint_last\.pt \(epoch 2 @ \d+ updates\)", log), log[-3000:]
     assert (resumed / "checkpoint2.pt").is_file()
 
 
-def test_a_real_checkpoint_decodes_with_fairseq_generate(trained):
+def test_a_real_checkpoint_decodes_with_fairseq_generate(trained, monkeypatch):
+    """fairseq-generate's ``cli_main`` in this process (``run_cli``), without the unsafe variable."""
     data_bin, save = trained
+    monkeypatch.delenv(UNSAFE, raising=False)
     out = run_cli(
         "fairseq-generate",
         data_bin,
         *("--user-dir", PLUGIN_DIR, "--path", save / "checkpoint1.pt", "--gen-subset", "test"),
         *("--beam", "1", "--max-len-b", "5", "--batch-size", "6", "--cpu"),
-        env=SAFE_ENV,
     )
     assert sum(line.startswith("H-") for line in out.splitlines()) == 40  # the last batch (4) kept too
 

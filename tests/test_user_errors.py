@@ -1,6 +1,12 @@
 """Bad input to the console commands, as a user types it: one line naming the file (and line)
 or the argument, exit status 2, and nothing written (no run folder, sbatch script or
-submitit folder), instead of a traceback, a half-written run or a silently wrong one."""
+submitit folder), instead of a traceback, a half-written run or a silently wrong one.
+
+Each command fails at least once as a fresh process (``fails(..., fresh_process=True)``: the
+installed script, nothing on stderr but the one line); the other cases run the same entry
+point in this process (``helpers.cli_in_process``: its exit status, and everything written to
+file descriptors 1 and 2, log records included), which saves a fresh interpreter importing
+torch and fairseq per case."""
 
 import json
 import os
@@ -8,6 +14,7 @@ import subprocess
 
 import pytest
 from conftest import BIN
+from helpers.cli_in_process import run_console_script
 
 RECIPE = """
 tokens_per_update: 1000
@@ -25,16 +32,21 @@ fairseq:
 """
 
 
-def fails(command, *args, cwd=None):
-    """Run a console command on a machine without a GPU; assert it failed with exit status 2 and
-    one line on stderr (an ``error: `` line); return that line."""
+def fails(command, *args, fresh_process=False):
+    """Run a console command on a machine without a GPU (a fresh process, or its entry point in
+    this one); assert it failed with exit status 2 and one line on stderr (an ``error: `` line);
+    return that line."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
-    proc = subprocess.run(
-        [str(BIN / command), *map(str, args)], capture_output=True, text=True, env=env, cwd=cwd, timeout=300
-    )
-    lines = proc.stderr.strip().splitlines()
-    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), (
-        f"exit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+    if fresh_process:
+        proc = subprocess.run(
+            [str(BIN / command), *map(str, args)], capture_output=True, text=True, env=env, timeout=300
+        )
+        code, out, err = proc.returncode, proc.stdout, proc.stderr
+    else:
+        code, out, err = run_console_script(command, *args, env=env)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: "), (
+        f"exit {code}\n{out[-2000:]}\n{err[-3000:]}"
     )
     return lines[0]
 
@@ -54,6 +66,7 @@ def test_submit_with_a_recipe_typo(tmp_path, dry_run):
         "--runs",
         tmp_path / "runs",
         *(["--dry-run"] if dry_run else ["--cluster", "local"]),
+        fresh_process=dry_run,
     )
     assert "configs/iwslt14/admn.yaml: recipe not found" in line and "iwslt14/admin" in line  # the nearest name
     assert not (tmp_path / "runs").exists()
@@ -86,7 +99,18 @@ def test_train_checks_data_before_writing_anything(recipe, tmp_path):
 
 
 def test_train_asked_for_gpus_on_a_machine_without_one(recipe, tiny_data_bin, tmp_path):
-    line = fails("fairseq-ln-train", recipe, "--gpus", 2, "--data", tiny_data_bin, "--runs", tmp_path / "runs")
+    """Hiding CUDA takes a fresh process (torch reads CUDA_VISIBLE_DEVICES once)."""
+    line = fails(
+        "fairseq-ln-train",
+        recipe,
+        "--gpus",
+        2,
+        "--data",
+        tiny_data_bin,
+        "--runs",
+        tmp_path / "runs",
+        fresh_process=True,
+    )
     assert line.startswith("error: --gpus 2: torch sees 0 GPU(s) here")
     assert not (tmp_path / "runs").exists()
 
@@ -148,7 +172,7 @@ def evaluated_runs(tmp_path):
 
 
 def test_table_names_a_mistyped_table(evaluated_runs, tmp_path):
-    line = fails("fairseq-ln-table", evaluated_runs, "--table", "iwslt41", "--out", tmp_path / "t")
+    line = fails("fairseq-ln-table", evaluated_runs, "--table", "iwslt41", "--out", tmp_path / "t", fresh_process=True)
     assert line.startswith("error: --table iwslt41: no such table") and "(they have: iwslt14)" in line
     line = fails("fairseq-ln-table", evaluated_runs, "--table", "wmt14/admin", "--out", tmp_path / "t")
     assert line == f"error: no evaluated runs of wmt14/admin under {evaluated_runs} (evaluated there: iwslt14)"
