@@ -107,7 +107,8 @@ def summarize(losses):
     finite = [x for x in losses if math.isfinite(x)]
     first, last = sum(losses[:10]) / 10, sum(losses[-10:]) / 10
     status = "diverged" if len(finite) < len(losses) else ("trains" if last < first - 1.0 else "stalls")
-    return {"first10": round(first, 3), "last10": round(last, 3), "min": round(min(finite), 3), "status": status}
+    lowest = round(min(finite), 3) if finite else math.nan  # NaN from the first update on: diverged at once
+    return {"first10": round(first, 3), "last10": round(last, 3), "min": lowest, "status": status}
 
 
 def plot(curves, path, title):

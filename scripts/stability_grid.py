@@ -103,7 +103,7 @@ def run_cell(cell, args):
     }
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -133,7 +133,7 @@ def main():
     parser.add_argument(
         "--jobs", type=int, default=1, help="cells trained at once, each with cores / JOBS threads (default 1)"
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if not args.methods:
         from fairseq_layernorm_plugins.methods import method_names
 
@@ -143,7 +143,7 @@ def main():
 
     prepare(args.iwslt_dir, args.data, test_lines=args.test_lines)
     budget = experiment.budget(args, BUDGET)
-    command = experiment.command_line("scripts/stability_grid.py")
+    command = experiment.command_line("scripts/stability_grid.py", argv)
     # grids made before --optimizer existed: Adam
     results = experiment.Results(f"{args.out}.json", budget, command, "cells", earlier={"optimizer": "adam"})
     keys = [(m, d, lr, w) for d in args.depths for w in args.warmups for lr in args.lrs for m in args.methods]

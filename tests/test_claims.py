@@ -52,14 +52,23 @@ TOY = Claim(
 )
 
 
+VALID_LINES = 50  # of Multi30k's 1,014 validation sentences, each decoded at every validation (--eval-bleu)
+
+
 @pytest.fixture(scope="module")
 def multi30k(tmp_path_factory):
-    """Multi30k prepared once for this file's claims (20 test lines), as ``claims.py`` prepares it."""
+    """Multi30k prepared once for this file's claims (20 test lines), as ``claims.py`` prepares it,
+    then its validation set cut to VALID_LINES evenly spaced sentences (``claims_data``): what
+    these tests check of a validation (when it happens, that it is scored, what it is scored
+    by) does not depend on how many sentences it decodes."""
+    from helpers.claims_data import keep_valid_lines
+
     from fairseq_layernorm_plugins.experiments import experiment
 
     shared_data("multi30k", "task1_raw")
     data = tmp_path_factory.mktemp("multi30k")
     experiment.prepare_corpus("multi30k", data, test_lines=20)
+    keep_valid_lines(data, VALID_LINES)
     return data
 
 
@@ -280,13 +289,17 @@ def test_converged_plot_adds_the_late_nll_and_crosses_runs_with_model_options(mo
 @pytest.mark.slow(1)
 def test_precision_trains_every_run_in_fp16_and_reports_its_loss_scale(tmp_path, monkeypatch, capsys, multi30k):
     """``--precision fp16``: fairseq's --fp16 (on this CPU), runs in RUNS/CLAIM-fp16, the
-    precision in each run's spec, and the loss scale in the report."""
+    precision in each run's spec, and the loss scale in the report (at each logged update: the
+    claims log every 25 updates, here every 2, so that 4 fp16 updates log it twice)."""
+    from fairseq_layernorm_plugins.experiments import claim
+
+    monkeypatch.setattr(claim, "LOG_INTERVAL", 2)
     monkeypatch.setitem(claims.CLAIMS, "toy", Claim(**{**TOY.__dict__, "runs": TOY.runs[1:]}))
-    args = ["toy", "--updates", "50", "--validate-every", "25", "--test-lines", "20", "--precision", "fp16"]
+    args = ["toy", "--updates", "4", "--validate-every", "2", "--test-lines", "20", "--precision", "fp16"]
     claims.main([*args, "--data-dir", str(multi30k), "--runs", str(tmp_path / "runs")])
     out = tmp_path / "runs" / "toy-fp16"
     (record,) = json.loads(out.with_suffix(".json").read_text())["runs"]
-    assert record["spec"]["precision"] == "fp16" and record["updates"] == 50  # logged every 25
+    assert record["spec"]["precision"] == "fp16" and record["updates"] == 4  # logged every 2
     assert json.loads(out.with_suffix(".json").read_text())["budget"]["precision"] == "fp16"
     with pytest.raises(SystemExit, match="holds runs made with"):  # fp16 runs are not added to an fp32 OUT
         claims.main([*args[:-2], "--data-dir", str(multi30k), "--runs", str(tmp_path / "runs"), "--out", str(out)])
@@ -294,9 +307,7 @@ def test_precision_trains_every_run_in_fp16_and_reports_its_loss_scale(tmp_path,
     assert '"loss_scale"' in (out / "preln_no_warm-up" / "train.log").read_text()  # fairseq's fp16 optimizer
     markdown = out.with_suffix(".md").read_text()
     assert "Precision: fp16." in markdown and "| loss scale min / last |" in markdown
-    assert [u for u, _ in record["loss_scales"]] == [25, 50] and record["loss_scales"][-1][1] == record[
-        "loss_scale_last"
-    ]
+    assert [u for u, _ in record["loss_scales"]] == [2, 4] and record["loss_scales"][-1][1] == record["loss_scale_last"]
     scale = f"| {record['loss_scale_min']:g} / {record['loss_scale_last']:g}, {record['overflows']} overflows |"
     assert markdown.splitlines()[-1].startswith("| preln no warm-up |") and scale in markdown
 
@@ -323,7 +334,7 @@ def test_precision_trains_every_run_in_fp16_and_reports_its_loss_scale(tmp_path,
         err = capsys.readouterr().err
         assert f"--against: {against}" in err and error in err
     with pytest.raises(SystemExit):  # the fp32 runs were made with another budget
-        claims.main([*args[:2], "60", *args[3:], *where, "--against", str(tmp_path / "fp32.json")])
+        claims.main([*args[:2], "6", *args[3:], *where, "--against", str(tmp_path / "fp32.json")])
     assert "holds runs made with" in capsys.readouterr().err
 
 
@@ -340,11 +351,11 @@ def test_device_cuda_trains_each_run_on_the_gpu_and_says_so(tmp_path, monkeypatc
     from fairseq_layernorm_plugins.runs.launch import Launch
 
     monkeypatch.setitem(claims.CLAIMS, "toy", Claim(**{**TOY.__dict__, "runs": TOY.runs[1:]}))
-    args = ["toy", "--validate-every", "10", "--test-lines", "20", "--updates"]
+    args = ["toy", "--validate-every", "2", "--test-lines", "20", "--updates"]
     where = ["--data-dir", str(multi30k), "--runs", str(tmp_path / "runs")]
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(SystemExit):
-        claims.main([*args, "20", "--device", "cuda", *where])
+        claims.main([*args, "4", "--device", "cuda", *where])
     assert "--device cuda: torch sees no CUDA device here" in capsys.readouterr().err
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -361,19 +372,19 @@ def test_device_cuda_trains_each_run_on_the_gpu_and_says_so(tmp_path, monkeypatc
 
     monkeypatch.setattr(experiment, "run_training", on_this_cpu)
     monkeypatch.setattr(evaluate, "evaluate", decoding)
-    claims.main([*args, "10", "--device", "cpu", *where, "--out", str(tmp_path / "first")])  # begun on a CPU
-    claims.main([*args, "20", "--device", "cuda", *where])  # goes on on the GPU
+    claims.main([*args, "2", "--device", "cpu", *where, "--out", str(tmp_path / "first")])  # begun on a CPU
+    claims.main([*args, "4", "--device", "cuda", *where])  # goes on on the GPU
     (cpu_workers, cpu_args), (workers, fairseq_args) = launched
     assert (cpu_workers, workers, decoded) == (1, 0, [True, False])
     assert "--cpu" in cpu_args and "--cpu" not in fairseq_args
     world = fairseq_args.index("--distributed-world-size")
     assert fairseq_args[world + 1] == "1"  # not every GPU the node has
     (record,) = json.loads((tmp_path / "runs" / "toy.json").read_text())["runs"]
-    assert record["device"] == "cpu+cuda" and record["updates"] == 20
+    assert record["device"] == "cpu+cuda" and record["updates"] == 4
     markdown = (tmp_path / "runs" / "toy.md").read_text()
     assert "Trained on a GPU: preln no warm-up (cpu+cuda); the others on a CPU." in markdown
     capsys.readouterr()
-    claims.main([*args, "20", "--device", "cpu", *where])  # the same run: nothing to train again on a CPU
+    claims.main([*args, "4", "--device", "cpu", *where])  # the same run: nothing to train again on a CPU
     assert "toy: 1 of 1 runs done; training 0" in capsys.readouterr().out and len(launched) == 2
 
     # the report of what a GPU made, written again here: the run not yet made is not trained
@@ -382,7 +393,7 @@ def test_device_cuda_trains_each_run_on_the_gpu_and_says_so(tmp_path, monkeypatc
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     report, results = tmp_path / "runs" / "toy.md", (tmp_path / "runs" / "toy.json").read_text()
     report.unlink()
-    claims.main([*args, "20", "--device", "cuda", *where, "--seed", "1", "2", "--report-only"])
+    claims.main([*args, "4", "--device", "cuda", *where, "--seed", "1", "2", "--report-only"])
     assert "toy: 1 of 4 runs done (seeds 1, 2); training 0" in capsys.readouterr().out and len(launched) == 2
     assert report.read_text() == markdown  # the GPU call's report; this command not among its makers
     assert (tmp_path / "runs" / "toy.json").read_text() == results

@@ -3,7 +3,6 @@ report files, resuming, refusing a different budget, and the stall threshold's f
 
 import json
 import math
-import subprocess
 import sys
 
 import pytest
@@ -24,40 +23,31 @@ def test_unigram_bits_is_entropy_of_target_tokens_with_end_of_sentence(tmp_path)
     assert math.isclose(unigram_bits(tmp_path), -(2 / 3 * math.log2(2 / 3) + 1 / 3 * math.log2(1 / 3)))
 
 
-def grid(tmp_path, *extra):
-    cmd = [
-        sys.executable,
-        str(REPO / "scripts" / "stability_grid.py"),
-        "--iwslt-dir",
-        str(shared_data("iwslt14")),
-        "--data",
-        str(tmp_path / "data"),
-        "--runs",
-        str(tmp_path / "runs"),
-        "--out",
-        str(tmp_path / "grid"),
-        "--methods",
-        "preln",
-        "--depths",
-        "1L-1L",
-        "--lrs",
-        "0.001",
-        "--warmups",
-        "0",
-        "--width",
-        "16",
-        "--max-tokens",
-        "512",
-        "--test-lines",
-        "5",
-        *extra,
-    ]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=REPO)
+def grid(tmp_path, capsys, *extra):
+    """``scripts/stability_grid.py`` with one tiny cell and ``extra``, in this process (its
+    training and decoding are fairseq processes of their own): (exit status, stdout, stderr),
+    where an exit with a message is status 1 and the message on stderr, as Python's own."""
+    argv = ["--iwslt-dir", str(shared_data("iwslt14")), "--data", str(tmp_path / "data")]
+    argv += ["--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "grid"), "--methods", "preln"]
+    argv += ["--depths", "1L-1L", "--lrs", "0.001", "--warmups", "0", "--width", "16", "--max-tokens", "512"]
+    capsys.readouterr()
+    try:
+        stability_grid.main([*argv, "--test-lines", "5", *extra])
+        code = 0
+    except SystemExit as exit:
+        code = exit.code if isinstance(exit.code, int) else 1
+        if isinstance(exit.code, str):
+            print(exit.code, file=sys.stderr)
+    out, err = capsys.readouterr()
+    return code, out, err
 
 
-def test_one_cell_end_to_end_resumes_and_refuses_another_budget(tmp_path):
-    first = grid(tmp_path, "--updates", "3")
-    assert first.returncode == 0, first.stderr[-3000:]
+def test_one_cell_end_to_end_resumes_and_refuses_another_budget(tmp_path, capsys):
+    """One real IWSLT14-mini cell through the script's main: its record, report and heat map;
+    run again, nothing is retrained and hand-written sections of OUT.md are kept; another
+    budget is refused with one error line naming OUT.json, which stays as it was."""
+    code, _, err = grid(tmp_path, capsys, "--updates", "3")
+    assert code == 0, err[-3000:]
     report = json.loads((tmp_path / "grid.json").read_text())
     assert report["budget"] == {
         "updates": 3,
@@ -80,14 +70,14 @@ def test_one_cell_end_to_end_resumes_and_refuses_another_budget(tmp_path):
     written = "\n## Another grid\n\nits table\n\n## Findings\n\nwritten by hand\n"
     (tmp_path / "grid.md").write_text(markdown + written)
 
-    again = grid(tmp_path, "--updates", "3")  # the cell is in grid.json: nothing is retrained
-    assert again.returncode == 0 and "1 of 1 cells already" in again.stdout
+    code, out, _ = grid(tmp_path, capsys, "--updates", "3")  # the cell is in grid.json: nothing is retrained
+    assert code == 0 and "1 of 1 cells already" in out
     assert (tmp_path / "grid.md").read_text() == markdown + written  # re-rendered, the hand-written sections kept
     assert json.loads((tmp_path / "grid.json").read_text())["cells"] == [cell]
 
-    other = grid(tmp_path, "--updates", "4")
-    assert other.returncode != 0
-    assert other.stderr.strip().splitlines()[-1].startswith(f"error: {tmp_path / 'grid.json'} holds cells made with")
+    code, _, err = grid(tmp_path, capsys, "--updates", "4")
+    assert code != 0
+    assert err.strip().splitlines()[-1].startswith(f"error: {tmp_path / 'grid.json'} holds cells made with")
     assert json.loads((tmp_path / "grid.json").read_text())["cells"] == [cell]
 
 

@@ -28,6 +28,7 @@ UPDATES = 2000  # a claim's fixed budget (claims.py --updates), where the early-
 # last checkpoints: the last 5 of every --validate-every updates (10 epochs on Multi30k at 500; Admin and
 # B2T average their last 10 epochs)
 AVERAGE_LAST = 5
+LOG_INTERVAL = 25  # updates between fairseq's training log lines (train_inner: loss, fp16's loss scale)
 
 
 @dataclass(frozen=True)
@@ -127,7 +128,7 @@ def run_recipe(claim, run, args):
         updates=args.updates,
         tokens=args.max_tokens,
         lr=[claim.lr],
-        log_interval=25,
+        log_interval=LOG_INTERVAL,
         generate=generate,
         overrides={
             "fairseq": {
