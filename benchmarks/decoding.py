@@ -2,7 +2,8 @@
 """Beam-search decoding speed with ``--fused-attention`` against fairseq's own attention path,
 on a trained checkpoint, in one process:
 
-    python benchmarks/decoding.py [--path CHECKPOINT] [--data DATA_BIN] [--beam 5] [--reps 5]
+    python benchmarks/decoding.py [--path CHECKPOINT] [--data DATA_BIN] [--beam 5] [--reps 5] \\
+        [--max-len-a 0 --max-len-b 200]
 
 Loads the checkpoint twice, as ``fairseq-generate`` does (``prepare_for_inference_``, the task's
 generator), once as trained and once with ``--model-overrides "{'fused_attention': True}"``;
@@ -26,10 +27,11 @@ DEFAULT_PATH = REPO / "runs/main-job/multi30k/preln/2L-2L.seed1/checkpoints/chec
 TARGET = 1.2
 
 
-def load(path, data, beam, fused, device, precision="fp32"):
+def load(path, data, beam, fused, device, precision="fp32", max_len=()):
     """(task, model, generator) as fairseq-generate builds them (``--fp16`` / ``--bf16``: the
     model in half precision), optionally with the fused attention; ``data``: the data-bin to
-    read in place of the one the checkpoint names (None: that one)."""
+    read in place of the one the checkpoint names (None: that one); ``max_len``: fairseq-generate
+    flags bounding the output length (``--max-len-a A --max-len-b B``; none: fairseq's default)."""
     from fairseq import checkpoint_utils
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from fairseq.options import get_generation_parser, parse_args_and_arch
@@ -43,6 +45,7 @@ def load(path, data, beam, fused, device, precision="fp32"):
         str(path),
         "--beam",
         str(beam),
+        *max_len,
     ]
     cfg = convert_namespace_to_omegaconf(parse_args_and_arch(get_generation_parser(), argv))
     overrides = {**({"data": str(data)} if data else {}), **({"fused_attention": True} if fused else {})}
@@ -73,6 +76,10 @@ def main(argv=None):
     parser.add_argument("--beam", type=int, default=5)
     parser.add_argument("--batch-size", type=int, default=128, help="sentences per batch (default 128)")
     parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument(
+        "--max-len-a", type=float, help="output length limit a * source length + b, as fairseq-generate's (default 0)"
+    )
+    parser.add_argument("--max-len-b", type=int, help="(default 200, fairseq-generate's)")
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--precision", choices=("fp32", "fp16", "bf16"), default="fp32")
@@ -81,8 +88,9 @@ def main(argv=None):
     if not Path(args.path).is_file():
         parser.exit(2, f"error: {args.path}: no such checkpoint (train one, e.g. bash scripts/main_job.sh)\n")
     torch.set_num_threads(args.threads)
+    max_len = [f"--max-len-{k}={v}" for k, v in (("a", args.max_len_a), ("b", args.max_len_b)) if v is not None]
     variants = {
-        name: load(args.path, args.data, args.beam, name == "fused", args.device, args.precision)
+        name: load(args.path, args.data, args.beam, name == "fused", args.device, args.precision, max_len)
         for name in ("stock", "fused")
     }
     task = variants["stock"][0]

@@ -140,12 +140,13 @@ def test_install_needs_the_nodes_torch_first(tmp_path):
     assert proc.returncode == 2 and "nowhere/wheels: no such folder" in proc.stderr
 
 
-def built_against(python=sys.executable, fairseq_cuda_kernels=0):
-    """What install.sh records a fairseq wheel built by ``python`` as needing, asked of that interpreter."""
+def built_against(python=sys.executable):
+    """What install.sh records a fairseq wheel built by ``python`` as needing (fairseq's CUDA
+    kernels not compiled), asked of that interpreter."""
     versions = "import sys, numpy, torch; print(torch.__version__, *sys.version_info[:2], numpy.__version__)"
     torch_version, major, minor, numpy_version = subprocess.check_output([python, "-c", versions], text=True).split()
     numpy_major = numpy_version.split(".")[0]
-    return f"torch {torch_version}, cp{major}{minor}, numpy {numpy_major}, CUDA kernels {fairseq_cuda_kernels}"
+    return f"torch {torch_version}, cp{major}{minor}, numpy {numpy_major}, CUDA kernels 0"
 
 
 def test_install_takes_a_node_built_wheel_only_when_built_against_the_same_stack(tmp_path):
@@ -171,7 +172,7 @@ def test_install_takes_a_node_built_wheel_only_when_built_against_the_same_stack
     assert same.returncode != 0
     assert f"fairseq-fixed 9.9.9 from {wheel} (built against {here})" in same.stdout
     assert "compiling" not in same.stdout
-    for stamp in (built_against(fairseq_cuda_kernels=1), here.replace("torch ", "torch 0.")):
+    for stamp in (here.replace("CUDA kernels 0", "CUDA kernels 1"), here.replace("torch ", "torch 0.")):
         other = install(stamp)
         assert other.returncode != 0
         assert f"compiling fairseq-fixed 9.9.9 against {here}" in other.stdout
@@ -275,16 +276,33 @@ def test_plan_trains_the_runs_parts_b_and_f_need_whatever_the_methods():
     assert names("af", ["admin"]) == [f"a.{m}.6L.{p}" for m in ("preln", "admin") for p in ("fp16", "bf16")]
     assert names("b", ["dyt"]) == ["a.admin.6L.fp16", "a.admin.6L.bf16", "b.admin.6L.fp32"]
     assert names("a", ["dyt", "postln"]) == [f"a.{m}.6L.{p}" for m in ("postln", "dyt") for p in ("fp16", "bf16")]
+    assert [r.name for r in gpu_check.plan("d", gpu_check.GPU, [])] == [f"d.{m}.18L.fp16" for m in gpu_check.DEEP]
+
+
+def test_deep_methods_default_to_all_four_in_their_order():
+    """Part d's methods (--deep-methods): Post-LN, Admin, B2T and Pre-LN by default, a named subset
+    in that order, and an unknown or empty list refused."""
+    assert gpu_check.chosen_deep(None) == list(gpu_check.DEEP) == ["postln", "admin", "b2t", "preln"]
+    assert gpu_check.chosen_deep("preln, postln") == ["postln", "preln"]
+    deep = gpu_check.plan("ad", gpu_check.DRY, ["dyt"], gpu_check.chosen_deep("admin"))
+    assert [r.name for r in deep] == ["d.admin.3L.fp16", "a.dyt.2L.fp16"]
+    for wrong in ("admin,deepnet", ""):
+        with pytest.raises(ValueError, match="unknown method"):
+            gpu_check.chosen_deep(wrong)
 
 
 @pytest.fixture(scope="module")
 def check_data(tmp_path_factory):
+    """IWSLT14-mini cut to what a dry run reads: 1,000 training pairs (its runs' 8 updates read
+    about 250), every 64th validation pair (114, validated at the end of each run) and 16 test
+    lines; the vocabulary (about 4,000 types a side), whose output layer is most of a d=32
+    model's work, is the one those training pairs make."""
     if not (SHARED_DATA / "iwslt14").is_dir():
         pytest.skip("../shared/data/iwslt14 not present")
     from fairseq_layernorm_plugins.prepare.iwslt14_mini import prepare
 
     data = tmp_path_factory.mktemp("gpucheck") / "iwslt14-mini"
-    prepare(SHARED_DATA / "iwslt14", data, test_lines=16, train_pairs=3000)
+    prepare(SHARED_DATA / "iwslt14", data, test_lines=16, train_pairs=1000, valid_every=64)
     return data
 
 
@@ -382,35 +400,34 @@ def test_check_keeps_carried_results_beyond_its_parts_and_methods(check_data, tm
     assert "the same translation for 3 of 4 sentences, 12.2 tokens each." in markdown
 
 
+def check_in_process(argv, capsys):
+    """scripts/gpu/check.py's main with ``argv``, in this process: (its exit status, what it wrote
+    to stderr)."""
+    capsys.readouterr()
+    code = check.main(list(map(str, argv)))
+    return code, capsys.readouterr().err
+
+
 @pytest.mark.slow(2)
-def test_check_dry_run_trains_scores_and_resumes(check_data, tmp_path):
-    """check.py --dry-run: every part on CPU in fp16, part a for Pre-LN and Admin (the two parts b
-    and f need; the default method list is test_check_methods_default_to_every_recipe_...); a
-    second call of part b reuses the runs; a call elsewhere with --carry measures nothing again,
-    and one past its --deadline runs nothing."""
+def test_check_dry_run_trains_scores_and_resumes(check_data, tmp_path, capsys, monkeypatch):
+    """check.py --dry-run as a command: every part on CPU in fp16, part a for Pre-LN and Admin
+    (the two parts b and f need; the default method list is
+    test_check_methods_default_to_every_recipe_...), part d for Admin (one of its four: they
+    differ in their recipe alone, and every method trains in fp16 in tests/test_mixed_precision.py;
+    the four: test_deep_methods_default_to_all_four_in_their_order). Then its main in this
+    process (these calls train nothing): a second call of part b reuses the runs; a call
+    elsewhere with --carry measures nothing again, and one past its --deadline runs nothing."""
+    monkeypatch.setenv("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "1"))  # check.main sets it if unset
     out, runs = tmp_path / "out", tmp_path / "runs"
-    cmd = [
-        sys.executable,
-        GPU / "check.py",
-        "--out",
-        out,
-        "--runs",
-        runs,
-        "--data",
-        check_data,
-        "--dry-run",
-        "--jobs",
-        "1",
-        "--methods",
-        "preln,admin",
-    ]
+    argv = ["--out", out, "--runs", runs, "--data", check_data, "--dry-run", "--jobs", "1", "--methods", "preln,admin"]
+    argv += ["--deep-methods", "admin"]
+    cmd = [sys.executable, GPU / "check.py", *argv]
     proc = subprocess.run(list(map(str, cmd)), capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads((out / "check.json").read_text())
     trained = {r["name"]: r for r in report["runs"]}
-    assert set(trained) == {"a.preln.2L.fp16", "a.admin.2L.fp16"} | {f"d.{m}.3L.fp16" for m in gpu_check.DEEP} | {
-        "b.admin.2L.fp32"
-    }
+    names = ["d.admin.3L.fp16", "a.preln.2L.fp16", "a.admin.2L.fp16", "b.admin.2L.fp32"]
+    assert [r["name"] for r in report["runs"]] == names  # the plan's order
     for r in trained.values():
         assert "error" not in r and r["finite"] and r["updates"] == (1 if r["part"] == "b" else 8)
         if r["part"] != "b":
@@ -425,6 +442,10 @@ def test_check_dry_run_trains_scores_and_resumes(check_data, tmp_path):
     # in fp16 the fused and fairseq's attention round apart: a near-tie in the beam may flip
     # (the same translations in fp32: tests/test_fused_attention.py)
     assert "error" not in decoding and decoding["sentences"] == 16 and decoding["same"] >= 14, decoding
+    # the dry budget's length limit reached decoding.py: in one batch of 16, at most 1.2 x the longest
+    # source (</s> included) + 5 tokens, then </s>; fairseq's own limit, 200, is past it
+    longest = max(len(line.split()) + 1 for line in (check_data / "test.de").read_text().splitlines())
+    assert decoding["tokens_per_sentence"] <= 1.2 * longest + 6 < 200, decoding
     for heading in ("### a. Every method", "### b. Admin's omegas", "### c. Throughput", "### d. 3L-3L", "### f. Beam"):
         assert heading in markdown
     assert (out / "check.png").stat().st_size > 10_000
@@ -432,8 +453,8 @@ def test_check_dry_run_trains_scores_and_resumes(check_data, tmp_path):
     full.write_text((out / "check.json").read_text())
     log = runs / "a.admin.2L.fp16" / "train.log"
     before = log.stat().st_mtime_ns
-    proc = subprocess.run(list(map(str, cmd + ["--parts", "b"])), capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    code, stderr = check_in_process([*argv, "--parts", "b"], capsys)
+    assert code == 0, stderr[-3000:]
     assert log.stat().st_mtime_ns == before  # not trained again
     report = json.loads((out / "check.json").read_text())
     assert (
@@ -443,17 +464,17 @@ def test_check_dry_run_trains_scores_and_resumes(check_data, tmp_path):
     )
     # the same machine, carrying the first call's results: its own runs are read, not the carried
     # ones; part d's runs and parts c and f, which it does not measure, stay in its report as carried
-    proc = subprocess.run(list(map(str, cmd + ["--carry", full, "--parts", "ab"])), capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    code, stderr = check_in_process([*argv, "--carry", full, "--parts", "ab"], capsys)
+    assert code == 0, stderr[-3000:]
     report = json.loads((out / "check.json").read_text())
     assert [r["name"] for r in report["runs"]] == [r["name"] for r in json.loads(full.read_text())["runs"]]
     assert all(("carried" in r) == (r["part"] == "d") for r in report["runs"])
     assert all("carried" in b for b in report["throughput"] + report["decoding"])
     # another machine (no runs of its own), past its deadline at once: what the first call
     # measured is carried as it was, so nothing is left to run
-    other = [*cmd[:5], tmp_path / "other", *cmd[6:], "--carry", full, "--deadline", "0"]
-    proc = subprocess.run(list(map(str, other)), capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0 and "not run" not in proc.stderr, proc.stderr[-3000:]
+    other = [*argv[:3], tmp_path / "other", *argv[4:], "--carry", full, "--deadline", "0"]
+    code, stderr = check_in_process(other, capsys)
+    assert code == 0 and "not run" not in stderr, stderr[-3000:]
     carried = json.loads((out / "check.json").read_text())
     first = json.loads(full.read_text())
     assert carried["carried_from"] == [first["facts"]] and not (tmp_path / "other").exists()
@@ -461,8 +482,8 @@ def test_check_dry_run_trains_scores_and_resumes(check_data, tmp_path):
     assert all(r["carried"] == first["facts"] for r in carried["runs"] + carried["throughput"] + carried["decoding"])
     assert "| Admin (carried) | fp16 |" in (out / "check.md").read_text()
     # a third machine, past its deadline without anything carried: every run and benchmark "not run"
-    proc = subprocess.run(list(map(str, other[:-4] + ["--deadline", "0"])), capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0 and "run again with --carry" in proc.stderr, proc.stderr[-3000:]
+    code, stderr = check_in_process(other[:-4] + ["--deadline", "0"], capsys)
+    assert code == 0 and "run again with --carry" in stderr, stderr[-3000:]
     report = json.loads((out / "check.json").read_text())
     assert all(r["not_run"] == "deadline" for r in report["runs"]) and len(report["runs"]) == len(first["runs"])
     assert all("not_run" in b for b in report["throughput"] + report["decoding"])

@@ -13,15 +13,18 @@ import threading
 from pathlib import Path
 
 import pytest
+from helpers.gpu_node_venv import node_venv, site_packages
 from test_gpu_bundle import GPU, built_against, collect
 
 
 @pytest.mark.slow(2)
 def test_bundle_installs_offline_into_a_node_like_venv(tmp_path):
     """collect (network: the package index) -> a fresh venv holding only what a GPU node has
-    (torch, numpy, cython, setuptools, sacrebleu, scikit-learn) -> install.sh with --no-index,
-    BUNDLE/built/ holding the wheel this machine's setup compiled (scripts/setup_env.sh): fairseq
-    from that wheel with its compiled parts, the plugin imports, torch untouched; a rerun only checks."""
+    (pip, torch, numpy, cython, setuptools, sacrebleu, scikit-learn and what they require, as
+    this machine has them: helpers/gpu_node_venv.py) -> install.sh with --no-index, BUNDLE/built/
+    holding the wheel this machine's setup compiled (scripts/setup_env.sh): fairseq from that
+    wheel with its compiled parts, the plugin imports, torch untouched (the same files); a rerun
+    only checks."""
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
     bundle = tmp_path / "bundle"
     kept = Path(sys.prefix) / "fairseq-built"  # scripts/setup_env.sh's build of fairseq-fixed
@@ -35,20 +38,12 @@ def test_bundle_installs_offline_into_a_node_like_venv(tmp_path):
             pytest.skip(f"the package index stopped answering: {err}")
         pytest.fail(f"collect failed with the package index answering: {err}")
     shutil.copytree(kept, bundle / "built")  # as install.sh on a first node with this stack left it
-    node = tmp_path / "node"
-    subprocess.run([sys.executable, "-m", "venv", node], check=True)
-    python = node / "bin" / "python"
+    python, has = node_venv(tmp_path / "node", ["torch", "numpy", "cython", "setuptools", "sacrebleu", "scikit-learn"])
+    assert not {"fairseq-fixed", "hydra-core", "omegaconf", "sacremoses", "subword-nmt", "submitit"} & set(has)
+    node_torch = site_packages(python) / "torch" / "__init__.py"
+    torch_inode = node_torch.stat().st_ino
     import torch
 
-    node_packages = [
-        f"torch=={torch.__version__.split('+')[0]}",
-        "numpy",
-        "cython",
-        "setuptools",
-        "sacrebleu",
-        "scikit-learn",
-    ]
-    subprocess.run([python, "-m", "pip", "install", "-q", *node_packages], check=True, capture_output=True)
     assert (kept / "BUILT_AGAINST").read_text() == built_against(python) + "\n"  # the same stack as this machine's
     [wheel] = (bundle / "built").glob("fairseq_fixed-0.12.3.1-*.whl")
     env = {**os.environ, "PYTHON": str(python)}
@@ -69,6 +64,7 @@ def test_bundle_installs_offline_into_a_node_like_venv(tmp_path):
     )
     assert imported.returncode == 0, imported.stderr[-2000:]
     assert imported.stdout.strip() == torch.__version__  # the node's torch, not another
+    assert node_torch.stat().st_ino == torch_inode  # nor reinstalled
     again = subprocess.run(["bash", GPU / "install.sh", bundle], capture_output=True, text=True, env=env, timeout=300)
     assert again.returncode == 0 and "fairseq-fixed 0.12.3.1 already installed" in again.stdout
 

@@ -80,12 +80,22 @@ def chosen_methods(methods, dry_run):
     return [m for m in METHODS if m in chosen]
 
 
-def plan(parts, budget, methods):
-    """The training runs the parts need for part a's ``methods``, in the order they are started
-    (deep ones first: longest)."""
+def chosen_deep(methods):
+    """Part d's methods that ``--deep-methods`` names (comma-separated, from DEEP; default all),
+    in DEEP order; an unknown name raises ValueError."""
+    chosen = DEEP if methods is None else [m.strip() for m in methods.split(",") if m.strip()]
+    unknown = sorted(set(chosen) - set(DEEP))
+    if unknown or not chosen:
+        raise ValueError(f"unknown method(s) {', '.join(unknown) or '(none named)'}; choose from {', '.join(DEEP)}")
+    return [m for m in DEEP if m in chosen]
+
+
+def plan(parts, budget, methods, deep=DEEP):
+    """The training runs the parts need for part a's ``methods`` (and part d's ``deep``), in the
+    order they are started (deep ones first: longest)."""
     runs = []
     if "d" in parts:
-        runs += [Run("d", m, budget.precisions[0], budget.deep_layers, budget.deep_updates) for m in DEEP]
+        runs += [Run("d", m, budget.precisions[0], budget.deep_layers, budget.deep_updates) for m in deep]
     if "a" in parts or "b" in parts or "f" in parts:
         # the runs part b (Admin) and part f (Pre-LN) need, whatever part a's methods
         needed = [m for m, part in (("admin", "b"), ("preln", "f")) if part in parts]

@@ -19,7 +19,7 @@ b. Admin's omegas profiled in the fp16 (and bf16) runs equal those of an fp32 ru
 c. ``benchmarks/throughput.py`` in fp16 and bf16: speed and peak-memory ratio of each arch
    with an IWSLT14-mini recipe (the methods of parts a and d)
    against fairseq's ``transformer``, one process per precision (run alone on the GPU);
-d. 18L-18L Post-LN, Admin, B2T and Pre-LN in fp16 for the same budget;
+d. 18L-18L Post-LN, Admin, B2T and Pre-LN (``--deep-methods``) in fp16 for the same budget;
 e. fairseq-generate + BLEU (tokenised and SacreBLEU) on the test set for every model of a and d;
 f. ``benchmarks/decoding.py`` on part a's Pre-LN model of each precision: beam-search speed with
    ``--fused-attention`` against fairseq's attention, and whether both translate alike (after
@@ -56,6 +56,7 @@ from fairseq_layernorm_plugins.experiments import experiment, render_check  # no
 from fairseq_layernorm_plugins.experiments.gpu_check import (  # noqa: E402
     BENCHMARKS,
     CPU,
+    DEEP,
     DRY,
     GPU,
     METHODS,
@@ -63,6 +64,7 @@ from fairseq_layernorm_plugins.experiments.gpu_check import (  # noqa: E402
     PARTS,
     carried,
     carried_from,
+    chosen_deep,
     chosen_methods,
     plan,
     run_recipe,
@@ -144,6 +146,9 @@ def main(argv=None):
         "--methods",
         help=f"part a's methods, comma-separated, from {', '.join(METHODS)}; all (default; a dry run: the papers' six)",
     )
+    parser.add_argument(
+        "--deep-methods", help=f"part d's methods, comma-separated, from {', '.join(DEEP)} (default: all four)"
+    )
     parser.add_argument("--jobs", type=int, help="training runs at once (default: 4 on a GPU, 2 on a CPU)")
     parser.add_argument(
         "--device", choices=("cuda", "cpu"), default="cuda", help="cuda (default), or cpu: the same parts on a CPU"
@@ -173,6 +178,10 @@ def main(argv=None):
         methods = chosen_methods(args.methods, args.dry_run)
     except ValueError as e:
         parser.error(f"--methods: {e}")
+    try:
+        deep = chosen_deep(args.deep_methods)
+    except ValueError as e:
+        parser.error(f"--deep-methods: {e}")
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.exit(2, "error: no CUDA device; run with --device cpu (or --dry-run to check the check)\n")
     if not (Path(args.data) / "bin").is_dir():
@@ -201,7 +210,7 @@ def main(argv=None):
     if args.carried_runs or args.carried_benches:
         report["carried_from"] = carried_from(earlier)
     out = Path(args.out)
-    runs = plan(args.parts, budget, methods)
+    runs = plan(args.parts, budget, methods, deep)
     trained = {}
     # what --carry holds beyond this check's parts and methods stays in its report
     kept = [r for name, r in args.carried_runs.items() if name not in {run.name for run in runs}]
