@@ -173,6 +173,7 @@ CORPUS_ARGS = {
     "multi30k": ["--raw-dir", "{tmp}/no-raw"],
     "wikitext2": ["--raw-dir", "{tmp}/no-raw"],
     "wikitext103": ["--raw-dir", "{tmp}/no-raw"],
+    "gigaword": ["--raw-dir", "{tmp}/no-raw"],
 }
 
 

@@ -19,7 +19,7 @@ import pytest
 import torch
 from conftest import BIN, REPO
 
-from fairseq_layernorm_plugins.runs.local_slurm import LocalCluster, missing_commands
+from fairseq_layernorm_plugins.runs.local_slurm import LocalCluster, missing_commands, running
 from fairseq_layernorm_plugins.runs.slurm import grid, submit
 
 TINY = """
@@ -327,8 +327,13 @@ def test_two_node_admin_requeued_by_its_time_limit_ends_as_an_uninterrupted_run(
     submission = (tmp_path / "cut" / "submitit" / f"{jobs['cut'].job_id}_submission.sh").read_text()
     time_limit_signal = re.search(r"#SBATCH --signal=(\w+)@", submission).group(1)
     slurm("scancel", f"--signal={time_limit_signal}", jobs["cut"].job_id)
+    # submitit's handler requeues with scontrol, which the requeue may kill with the rest of the
+    # job: submitit then records a failure that the requeued job overwrites when it ends, so the
+    # results are read once the job has left the queue
+    wait_until(lambda: job_field(jobs["cut"].job_id, "Restarts") == "1", "the requeue")
+    assert wait_done(jobs["cut"].job_id) == "COMPLETED" and wait_done(jobs["alone"].job_id) == "COMPLETED"
     assert jobs["alone"].results() == [None, None]  # trained, not scored (evaluate=False)
-    assert jobs["cut"].results()[0]["sentences"] == 40 and job_field(jobs["cut"].job_id, "Restarts") == "1"
+    assert jobs["cut"].results()[0]["sentences"] == 40
     log = (run_dir / "train.log").read_text()
     assert log.count("Admin: profiled 1 batch(es)") == 1
     assert "Admin: omega comes from" in log and 0 < resumed_at(log)[0] < 24
@@ -370,10 +375,8 @@ def test_local_slurm_script_starts_one_node_and_stops_exactly_its_daemons(cluste
         )
         wait_until(lambda: subprocess.run(["pgrep", "-f", "sleep 301"]).returncode == 0, "the job to start")
         assert subprocess.run([*script, "stop", str(folder)]).returncode == 0
-        assert subprocess.run(["pgrep", "-f", "slurmstepd|sleep 301"]).returncode == 1, job.stdout  # cancelled first
-        for pid in pids.values():
-            with pytest.raises(ProcessLookupError):
-                os.kill(pid, 0)
+        assert subprocess.run(["pgrep", "-f", "sleep 301"]).returncode == 1, job.stdout  # cancelled first
+        assert not any(map(running, pids.values()))  # exited (an unreaped zombie counts as exited)
         assert len(cluster.pids()) == 4  # the file's cluster: munged, slurmctld, two slurmd
     finally:
         LocalCluster(folder).stop()

@@ -72,6 +72,11 @@ def free_ports(count):
             s.close()
 
 
+def running(pid):
+    """Whether process ``pid`` still runs (an unreaped zombie has exited)."""
+    return _signal(pid, 0)
+
+
 def _signal(pid, signum):
     """Send ``signum`` to ``pid``; False when it has exited (a zombie, left unreaped where
     nothing reaps orphans, has exited too)."""
