@@ -195,6 +195,8 @@ def train(argv=None):
         return
     if args.dry_run:
         print(launch.describe())
+        if launch.recipe.paper_line():
+            print(launch.recipe.paper_line())
         print(shlex.join(launch.command()))
         return
     try:

@@ -6,12 +6,14 @@ writes its text, rare words ``<unk>`` in train and dev and ``UNK`` in test."""
 import collections
 import hashlib
 import json
+import os
 import re
 import subprocess
 import zipfile
 
 import pytest
 from conftest import BIN, SHARED_DATA
+from rouge_score.rouge_scorer import RougeScorer
 from sacremoses import MosesTokenizer
 
 from fairseq_layernorm_plugins import cli
@@ -122,3 +124,60 @@ def test_bad_archives_are_one_line_and_write_nothing(release, tmp_path, capsys, 
     cut = prepare("--archive", partial, "--archive-sha256", digest, "--out", out)
     assert cut.returncode == 2 and "missing org_data/train.tgt.txt" in cut.stderr
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["partial.zip"]
+
+
+def test_headlines_end_to_end_prepare_train_evaluate_table(release, tmp_path):
+    """The path a user takes, on the release's format built from real headlines:
+    fairseq-ln-prepare gigaword, fairseq-ln-train gigaword/b2t (6L-6L narrowed to d 32 for a few
+    updates), fairseq-ln-evaluate (fairseq-generate, then ROUGE), fairseq-ln-table. The scores are
+    recomputed here from the hypotheses it wrote and the release's test headlines."""
+    archive, sha256, written = release
+    data, runs = tmp_path / "gigaword", tmp_path / "runs"
+    assert prepare("--archive", archive, "--archive-sha256", sha256, "--merges", 300, "--out", data).returncode == 0
+    narrow = ["--encoder-embed-dim", "32", "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64"]
+    narrow += ["--decoder-ffn-embed-dim", "64", "--encoder-attention-heads", "2", "--decoder-attention-heads", "2"]
+    train = subprocess.run(
+        [BIN / "fairseq-ln-train", "gigaword/b2t", "--data", data, "--runs", runs, "--cpu-workers", "1"]
+        + ["--", "--max-update", "60", "--update-freq", "1", "--warmup-updates", "10", *narrow],
+        capture_output=True,
+        text=True,
+    )
+    assert train.returncode == 0, train.stderr[-3000:]
+    run = runs / "gigaword" / "b2t" / "6L-6L.seed1"
+    evaluated = subprocess.run([BIN / "fairseq-ln-evaluate", run], capture_output=True, text=True)
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    result = json.loads((run / "results.json").read_text())
+    assert "bleu" not in result and result["headline"] == "rouge" and result["sentences"] == SIZES["test"]
+
+    hypotheses = (run / "test.hyp.tok.tgt").read_text().splitlines()
+    logged = dict(
+        line.split("\t")[0::2] for line in (run / "generate-test.log").read_text().splitlines() if line.startswith("H-")
+    )
+    assert hypotheses == [logged[f"H-{i}"] for i in range(len(logged))]  # in test-set order, after BPE removal
+    references = [row[1] for row in written["test"]]  # test's UNK kept as the release writes it
+    assert (data / "test.tok.tgt").read_text().splitlines() == references and len(hypotheses) == len(references)
+    scorer = RougeScorer(["rouge1", "rouge2", "rougeL"], use_stemmer=True)
+    pairs = [scorer.score(r, h) for r, h in zip(references, hypotheses)]
+    rouge = result["rouge"]["rouge"]
+    for metric in ("rouge1", "rouge2", "rougeL"):
+        assert rouge[metric] == round(100 * sum(p[metric].fmeasure for p in pairs) / len(pairs), 2)
+    assert rouge["signature"].startswith("rouge-score ") and f"mean of {SIZES['test']} pairs" in rouge["signature"]
+    perl = result["rouge"]["rouge_perl"]
+    if "skipped" in perl and os.environ.get("CI") == "true":
+        pytest.fail(f"ROUGE-1.5.5.pl not run in CI: {perl['skipped']}")
+    if "skipped" not in perl:
+        assert perl["signature"].startswith("ROUGE-1.5.5.pl")
+        assert all(abs(perl[m] - rouge[m]) <= 1.0 for m in ("rouge1", "rouge2", "rougeL"))  # 20 pairs: see test_rouge
+    assert f"F1 ROUGE-1 / ROUGE-2 / ROUGE-L (rouge-score, stemmed): {rouge['rouge1']:.2f} / " in evaluated.stdout
+
+    out = tmp_path / "table"
+    table = subprocess.run(
+        [BIN / "fairseq-ln-table", runs, "--table", "gigaword", "--out", out], capture_output=True, text=True
+    )
+    assert table.returncode == 0, table.stderr[-3000:]
+    line = next(row for row in (out.with_suffix(".md")).read_text().splitlines() if row.startswith("| b2t |"))
+    expected = [
+        f"{rouge[m]:.2f} (1) | {p:.2f} | {rouge[m] - p:+.2f}"
+        for m, p in zip(("rouge1", "rouge2", "rougeL"), (38.43, 19.37, 35.72))
+    ]
+    assert line == "| b2t | " + " | ".join(expected) + " |"

@@ -6,7 +6,7 @@ import threading
 import time
 
 import pytest
-from conftest import parse
+from conftest import SHARED_DATA, parse
 
 from fairseq_layernorm_plugins.recipes.config import RecipeError, fairseq_flags, list_recipes, load_recipe, merge
 from fairseq_layernorm_plugins.runs.launch import Launch, batch_plan, run_logged
@@ -295,3 +295,76 @@ def test_cpu_recipes_keep_what_the_main_job_and_grid_measured(setting):
     assert recipes["b2t"]["model"]["init_style"] == "fairseq"
     assert recipes["tfixup"]["model"]["tfixup_qkv_bias"] == "zero"
     assert all(r["optimization"]["clip_norm"] == 0.0 for r in recipes.values())
+
+
+B2T_PAPER = SHARED_DATA.parent / "papers" / "b2t-takase2023-layer-norms-residuals.txt"
+ROUGE_TABLES = {  # table number: {its row name: our recipe}
+    "2": {"Post-LN": "postln", "Pre-LN": "preln", "B2T connection": "b2t"},
+    "6": {"DLCL [32]": "dlcl", "T-Fixup [9]": "tfixup", "DeepNet [31]": "deepnet", "Admin [13]": "admin"},
+    "10": {"+ w/o LN": "b2t_noln"},
+}
+
+
+def paper_rouge_tables(text):
+    """{recipe: {depth: [R-1, R-2, R-L] or "failed"}} read from the B2T paper's Tables 2, 6, 10."""
+    numbers = {}
+    for table, rows in ROUGE_TABLES.items():
+        block = text[text.index(f"Table {table}: F-1 based ROUGE") :].split("\n\n")[1]
+        depth = None
+        for line in block.splitlines():
+            if line.startswith("Enc-Dec: "):
+                depth = line.split()[1]
+            name, _, rest = line.partition("\t")
+            if name in rows:
+                value = "failed" if "failed" in rest else [float(x) for x in rest.split()]
+                numbers.setdefault(rows[name], {})[depth] = value
+    return numbers
+
+
+def test_gigaword_recipes_carry_the_papers_rouge_tables():
+    """Each configs/gigaword recipe holds the B2T paper's R-1/R-2/R-L at 6L-6L and 18L-18L, as
+    its Tables 2, 6 and 10 print them (read from the paper's text)."""
+    if not B2T_PAPER.is_file():
+        pytest.skip(f"{B2T_PAPER}: not here (../shared/papers)")
+    tables = paper_rouge_tables(B2T_PAPER.read_text(encoding="utf-8"))
+    assert sorted(tables) == sorted(n.split("/")[1] for n in list_recipes() if n.startswith("gigaword/"))
+    for method, numbers in tables.items():
+        recipe = load_recipe(f"gigaword/{method}")
+        assert recipe.data["paper"]["rouge"] == numbers and recipe.depths == ["6L-6L", "18L-18L"], method
+
+
+def test_gigaword_recipes_are_table_7(tiny_data_bin):
+    """Table 7's summarisation column and Table 8's GPUs: d 512, FFN 2048, 8 heads, Adam (0.9, 0.98),
+    lr 1e-3, inverse sqrt with 4k warm-up, 50k updates, 3584 tokens per GPU on 64 (6L-6L) and
+    144 (18L-18L) GPUs; shared embeddings; scored by ROUGE. T-Fixup keeps its own schedule."""
+    for name in (n for n in list_recipes() if n.startswith("gigaword/")):
+        for depth, gpus in (("6L-6L", 64), ("18L-18L", 144)):
+            recipe = load_recipe(name).with_depth(depth)
+            assert recipe.tokens_per_update == gpus * 3584 and recipe.max_tokens == 3584
+            args = _args(name, depth, tiny_data_bin, gpus=gpus)
+            assert (args.encoder_embed_dim, args.encoder_ffn_embed_dim, args.encoder_attention_heads) == (512, 2048, 8)
+            assert (args.max_tokens, args.update_freq, args.max_update) == (3584, [1], 50000)
+            assert args.share_all_embeddings and args.adam_betas == "(0.9, 0.98)"
+            assert recipe.data["generate"]["score"] == "rouge" == recipe.data["paper"]["compare"]
+            if name != "gigaword/tfixup":
+                assert (args.lr, args.lr_scheduler, args.warmup_updates, args.fp16) == (
+                    [1e-3],
+                    "inverse_sqrt",
+                    4000,
+                    False,
+                )
+    assert _args("gigaword/b2t_noln", "18L-18L", tiny_data_bin).b2t_no_layer_norm
+
+
+def test_a_dry_run_prints_the_papers_numbers_beside_the_command(capsys):
+    from fairseq_layernorm_plugins import cli
+
+    cli.train(["gigaword/b2t", "--depth", "18L-18L", "--dry-run", "--gpus", "8", "--data", "/data"])
+    printed = capsys.readouterr().out.strip().splitlines()
+    assert (
+        printed[1]
+        == "paper (B2T (Takase et al. 2023) Table 2; F1 ROUGE-1 / ROUGE-2 / ROUGE-L on the 1,951 test pairs): 39.61 / 20.28 / 36.66"
+    )
+    assert "--arch transformer_b2t_wmt_en_de" in printed[2] and "--encoder-layers 18" in printed[2]
+    cli.train(["gigaword/postln", "--depth", "18L-18L", "--dry-run", "--gpus", "8", "--data", "/data"])
+    assert capsys.readouterr().out.splitlines()[1].endswith(": failed")

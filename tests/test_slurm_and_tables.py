@@ -185,3 +185,33 @@ def test_tasks_of_one_job_leave_one_record_and_a_log_each(tmp_path):
     assert set((run_dir / "train.log").read_text().splitlines()) == {"rank 0 | train_inner | done training"}
     assert set((run_dir / "train.rank1.log").read_text().splitlines()) == {"rank 1 | train_inner | done training"}
     assert sorted(p.name for p in run_dir.iterdir()) == ["run.json", "train.log", "train.rank1.log"]
+
+
+def test_a_headline_table_puts_r1_r2_rl_beside_the_papers():
+    """A headline run's cell is rouge-score's R-1, R-2 and R-L, each beside the paper's number
+    of that column (from the recipe's ``paper.rouge`` triple) and the difference."""
+
+    def result(recipe, depth, r1, paper):
+        value = {"rouge1": r1, "rouge2": r1 / 2, "rougeL": r1 - 1, "label": "F1 ROUGE (rouge-score)"}
+        return {
+            "recipe": recipe,
+            "depth": depth,
+            "headline": "rouge",
+            "rouge": {"rouge": value, "rouge_perl": {"skipped": "no perl"}},
+            "paper": {"source": "B2T Table 2", "metric": "F1 ROUGE", "compare": "rouge", "rouge": paper},
+        }
+
+    paper = {"6L-6L": [38.57, 19.37, 35.79], "18L-18L": "failed"}
+    results = [
+        result("gigaword/postln", "6L-6L", 30.0, paper),
+        result("gigaword/postln", "6L-6L", 32.0, paper),
+        result("gigaword/postln", "18L-18L", 4.0, paper),
+    ]
+    markdown, table_csv = render(table_rows(results, "gigaword"), "gigaword")
+    header = [
+        f"{d} {c} {k}" for d in ("6L-6L", "18L-18L") for c in ("R-1", "R-2", "R-L") for k in ("ours", "paper", "diff")
+    ]
+    assert "| method | " + " | ".join(header) + " |" in markdown
+    row = "| postln | 31.00 +- 1.41 (2) | 38.57 | -7.57 | 15.50 +- 0.71 (2) | 19.37 | -3.87 | 30.00 +- 1.41 (2) | 35.79 | -5.79 |"
+    assert row + " 4.00 (1) | failed |  | 2.00 (1) | failed |  | 3.00 (1) | failed |  |" in markdown
+    assert "postln,6L-6L R-2,15.50,0.71,2,19.37,-3.87" in table_csv

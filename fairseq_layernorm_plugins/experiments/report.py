@@ -2,10 +2,11 @@
 
 A table is one recipe directory (``iwslt14``, ``wmt14/admin``, ``wikitext103``, ...): rows are
 its recipes (methods), columns its depths (a language model's: depth and subset, valid and
-test); each cell is our BLEU or perplexity (mean +- std over seeds) beside the paper's reported
-number and the difference, using the metric the paper reports (``paper.compare`` in the recipe). Written as Markdown and CSV. Plots: per run
-the training and validation loss (and validation BLEU, with ``--eval-bleu``) per epoch,
-read from fairseq's ``--log-format json`` logs (``curves.py``).
+test; a headline table's: depth and R-1, R-2, R-L); each cell is our BLEU, perplexity or
+ROUGE (mean +- std over seeds) beside the paper's reported number and the difference, using
+the metric the paper reports (``paper.compare`` in the recipe). Written as Markdown and CSV.
+Plots: per run the training and validation loss (and validation BLEU, with ``--eval-bleu``)
+per epoch, read from fairseq's ``--log-format json`` logs (``curves.py``).
 """
 
 import argparse
@@ -77,10 +78,15 @@ class Row(NamedTuple):
     paper: dict  # the recipe's paper section
 
 
+ROUGE_COLUMNS = {"R-1": "rouge1", "R-2": "rouge2", "R-L": "rougeL"}
+SUBSET_ORDER = {"valid": 0, "test": 1, **{column: 2 + i for i, column in enumerate(ROUGE_COLUMNS)}}
+
+
 def result_scores(result):
     """{column suffix: (our score, its label, the paper's number)} of one results.json: a
     translation run's BLEU in the paper's ``compare`` metric (suffix ""), a language model's
-    perplexity on each of valid and test (suffixes " valid", " test")."""
+    perplexity on each of valid and test (suffixes " valid", " test"), a headline run's
+    rouge-score F1 ROUGE-1, -2 and -L (" R-1", " R-2", " R-L")."""
     paper = result.get("paper") or {}
     if "perplexity" in result:  # runs/perplexity.py
         reported = (paper.get("perplexity") or {}).get(result["depth"])
@@ -91,6 +97,13 @@ def result_scores(result):
                 reported.get(subset) if isinstance(reported, dict) else reported,
             )
             for subset, value in result["perplexity"].items()
+        }
+    if "rouge" in result:  # a headline run: R-1, R-2 and R-L beside the paper's triple
+        value = result["rouge"]["rouge"]
+        reported = (paper.get("rouge") or {}).get(result["depth"])
+        return {
+            f" {column}": (value[metric], value["label"], reported[i] if isinstance(reported, list) else reported)
+            for i, (column, metric) in enumerate(ROUGE_COLUMNS.items())
         }
     metric = paper.get("compare") or result["headline"]
     bleu = result["bleu"][metric]
@@ -121,13 +134,14 @@ def table_rows(results, table):
 
 
 def _depth_key(column):
-    """Sort key of a column: its depth's layer counts, then its subset (valid before test)."""
+    """Sort key of a column: its depth's layer counts, then its subset (valid before test) or
+    ROUGE column (R-1, R-2, R-L)."""
     depth, _, subset = (column or "0L-0L").partition(" ")
     try:
         layers = tuple(int(n) for n in depth.replace("L", "").split("-"))
     except ValueError:
         layers = (0, 0)
-    return layers, {"valid": 0, "test": 1}.get(subset, 2)
+    return layers, SUBSET_ORDER.get(subset, len(SUBSET_ORDER))
 
 
 def render(rows, table):

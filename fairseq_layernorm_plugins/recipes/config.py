@@ -236,6 +236,22 @@ class Recipe:
         data["depth"] = depth
         return Recipe(f"{self.name}@{depth}", self.path, data)
 
+    def paper_line(self):
+        """The paper's reported number at this recipe's depth as one line ("paper (SOURCE; METRIC):
+        38.43 / 19.37 / 35.72"), or None where the recipe carries none."""
+        paper = self.data.get("paper") or {}
+        for key in ("rouge", "bleu", "perplexity"):
+            value = (paper.get(key) or {}).get(self.data.get("depth"))
+            if value is not None:
+                break
+        else:
+            return None
+        if isinstance(value, list):  # ROUGE-1, -2, -L
+            value = " / ".join(f"{v:.2f}" for v in value)
+        elif isinstance(value, dict):  # perplexity per subset
+            value = ", ".join(f"{subset} {v}" for subset, v in value.items())
+        return f"paper ({paper.get('source', 'no source given')}; {paper.get('metric', key)}): {value}"
+
 
 def layer_counts(depth):
     """fairseq's layer options of a depth: "18L-18L" -> encoder and decoder layers, "16L" ->

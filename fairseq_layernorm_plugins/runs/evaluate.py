@@ -14,7 +14,10 @@ newstest2010-2016) has each scored the same way (``test_sets`` in the results) a
 ``sacrebleu_mean``, the mean of their SacreBLEU scores, beside the main test set's;
 ``generate.test_sets_lenpen`` is the length penalty for the sets other than the main one
 (the B2T authors decode newstest2014 with 0.6 and the other years with 1.0).
-Results are written as JSON beside the run.
+A headline recipe (``generate.score: rouge``, ``configs/gigaword``) is scored by F1
+ROUGE-1/2/L instead of BLEU (``rouge.py``: rouge-score's, and ROUGE-1.5.5.pl's where Perl can
+run it, each with its signature) on the tokenised hypotheses against ``SPLIT.tok.tgt``, under
+``rouge`` in the results. Results are written as JSON beside the run.
 
 Which checkpoints are scored is the recipe's protocol (``generate:``), as each paper's authors
 evaluated:
@@ -57,6 +60,7 @@ from fairseq_layernorm_plugins.runs.checkpoints import (
 )
 from fairseq_layernorm_plugins.runs.launch import BIN, PLUGIN_DIR, run_logged, run_save_dir
 from fairseq_layernorm_plugins.runs.perplexity import evaluate_lm
+from fairseq_layernorm_plugins.runs.rouge import describe, rouge_metrics
 
 _COMPOUND = re.compile(r"(\S)-(\S)")
 
@@ -159,7 +163,10 @@ def evaluate(
                 "newstest2010-2016 by default"
             )
     lenpen = gen.get("lenpen", 1.0)
-    headline = gen.get("bleu", "sacrebleu")
+    rouge = gen.get("score") == "rouge"
+    headline = "rouge" if rouge else gen.get("bleu", "sacrebleu")
+    if rouge and (gen.get("per_epoch") or gen.get("window_search") or test_sets) and average_last is None:
+        raise ValueError(f"{run['recipe']}: a ROUGE recipe scores averaged or best checkpoints on one test set")
 
     def translate_and_score(checkpoint, split, lenpen):
         spm = bool(stamp.get("sentencepiece"))
@@ -236,7 +243,7 @@ def evaluate(
         **protocol,
         "beam": gen.get("beam", 5),
         "lenpen": lenpen,
-        "bleu": scores,
+        "rouge" if rouge else "bleu": scores,
         "paper": run.get("paper"),
     }
     if test_sets:
@@ -255,9 +262,10 @@ def evaluate(
         scores["sacrebleu_mean"] = mean_sacrebleu(per_set)
     result["headline"] = headline if headline in scores else next(iter(scores), None)
     write_json(out_dir / "results.json", result)
-    for _metric, value in scores.items():
+    for metric, value in scores.items():
+        shown = describe(value) if rouge else f"{value['score']:.2f}"
         echo(
-            f"{run['recipe']} {run.get('depth')}: {value['label']}: {value['score']:.2f}"
+            f"{run['recipe']} {run.get('depth')}: {value.get('label', metric)}: {shown}"
             + (f"  [{value['signature']}]" if "signature" in value else "")
         )
     return result
@@ -295,6 +303,15 @@ def score_subset(run, out_dir, data_bin, root, checkpoint, subset, lenpen, spm, 
 
     tgt = run["target_lang"]
     hyps = read_hypotheses(log)
+    if gen.get("score") == "rouge":  # headlines: the tokenised text as the release writes it
+        write_lines(out_dir / f"{subset}.hyp.tok.{tgt}", hyps)
+        refs = root / f"{subset}.tok.{tgt}"
+        if not refs.is_file():
+            raise ValueError(f"{refs}: no reference headlines (fairseq-ln-prepare gigaword writes them)")
+        references = read_lines(refs)
+        if len(references) != len(hyps):
+            raise ValueError(f"{refs}: {len(references)} references for {len(hyps)} hypotheses")
+        return rouge_metrics(hyps, references), len(hyps)
     if spm:
         hyps_detok, hyps_tok = hyps, [Tokenize(tgt, aggressive_dash_splits=True)(h) for h in hyps]
     else:

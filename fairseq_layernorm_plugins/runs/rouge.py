@@ -85,3 +85,30 @@ def _perl(hypotheses, references):
             list(hypotheses), [[reference] for reference in references]
         )
     return {metric: 100 * scores[key]["f"] for metric, key in zip(METRICS, ("rouge-1", "rouge-2", "rouge-l"))}
+
+
+LABELS = {
+    "rouge-score": "F1 ROUGE-1 / ROUGE-2 / ROUGE-L (rouge-score, stemmed)",
+    "perl": "F1 ROUGE-1 / ROUGE-2 / ROUGE-L (ROUGE-1.5.5.pl, stemmed)",
+}
+
+
+def rouge_metrics(hypotheses, references):
+    """What ``fairseq-ln-evaluate`` writes for a headline recipe: {"rouge": rouge-score's
+    scores, "rouge_perl": the Perl script's}, each {"rouge1", "rouge2", "rougeL" (F1 in
+    percent, to 2 decimals), "pairs", "signature", "label"}. Without Perl's requirements
+    (:func:`perl_missing`) "rouge_perl" says why it was not run ({"skipped": why})."""
+
+    def scored(implementation):
+        scores = score_rouge(hypotheses, references, implementation)
+        return {**scores, **{m: round(scores[m], 2) for m in METRICS}, "label": LABELS[implementation]}
+
+    why = perl_missing()
+    return {"rouge": scored("rouge-score"), "rouge_perl": {"skipped": why} if why else scored("perl")}
+
+
+def describe(value):
+    """"R-1 / R-2 / R-L" of one :func:`rouge_metrics` entry, or why it was skipped."""
+    if "skipped" in value:
+        return f"not run: {value['skipped']}"
+    return " / ".join(f"{value[m]:.2f}" for m in METRICS)
