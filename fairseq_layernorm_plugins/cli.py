@@ -23,7 +23,17 @@ from fairseq_layernorm_plugins.recipes.config import CONFIG_DIR, REPO, RecipeErr
 from fairseq_layernorm_plugins.runs.launch import PRECISIONS, Launch, check_data_bin, data_bin, run_dir
 from fairseq_layernorm_plugins.runs.launch import train as run_training
 
-CORPORA = ("multi30k", "iwslt14", "iwslt14_mini", "wmt14", "wmt14_mini", "wikitext103", "wikitext2", "gigaword")
+CORPORA = (
+    "multi30k",
+    "iwslt14",
+    "iwslt14_mini",
+    "wmt14",
+    "wmt14_mini",
+    "wikitext103",
+    "wikitext2",
+    "gigaword",
+    "gigaword_mini",
+)
 
 
 def _parser(doc, **kwargs):

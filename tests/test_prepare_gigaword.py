@@ -26,10 +26,8 @@ def release_text(text, tokenizer=MosesTokenizer("en")):
     return re.sub(r"\d", "#", tokenizer.tokenize(text.lower(), escape=False, return_str=True))
 
 
-@pytest.fixture(scope="module")
-def release(tmp_path_factory):
-    """{split: [(sentence, headline)]} written as org_data/{train,dev,test}.{src,tgt}.txt in
-    a zip archive; returns (archive, its sha256, the pairs as written)."""
+def newstest_pairs():
+    """[(first sentence, headline)] of newstest2014's English documents, in the release's text."""
     if not SGM.is_file():
         pytest.skip(f"{SGM}: not here (../shared/data)")
     docs = re.findall(r"<doc [^>]*>(.*?)</doc>", SGM.read_text(encoding="utf-8"), flags=re.S)
@@ -38,6 +36,14 @@ def release(tmp_path_factory):
         segs = re.findall(r"<seg id=\"\d+\">(.*?)</seg>", doc)
         if len(segs) >= 2:
             pairs.append((release_text(segs[1]), release_text(segs[0])))
+    return pairs
+
+
+@pytest.fixture(scope="module")
+def release(tmp_path_factory):
+    """{split: [(sentence, headline)]} written as org_data/{train,dev,test}.{src,tgt}.txt in
+    a zip archive; returns (archive, its sha256, the pairs as written)."""
+    pairs = newstest_pairs()
     assert len(pairs) == sum(SIZES.values())
     splits, start = {}, 0
     for name, n in SIZES.items():
@@ -181,3 +187,29 @@ def test_headlines_end_to_end_prepare_train_evaluate_table(release, tmp_path):
         for m, p in zip(("rouge1", "rouge2", "rougeL"), (38.43, 19.37, 35.72))
     ]
     assert line == "| b2t | " + " | ".join(expected) + " |"
+
+
+def test_gigaword_mini_is_newstest2014s_documents_through_the_release_path(tmp_path):
+    """fairseq-ln-prepare gigaword_mini: the 164 documents' (first sentence, headline) pairs in
+    document order, 124 / 20 / 20, through the Gigaword pipeline; a rerun does nothing."""
+    pairs = newstest_pairs()
+    out = tmp_path / "mini"
+    proc = subprocess.run(
+        [str(BIN / "fairseq-ln-prepare"), "gigaword_mini", "--merges", "200", "--out", str(out)],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    stamp = json.loads((out / "stamp.json").read_text())
+    assert stamp["sizes"] == {"train": 124, "valid": 20, "test": 20} and "a stand-in" in stamp["source"]
+    assert (out / "test.tok.tgt").read_text().splitlines() == [t for _, t in pairs[144:]]
+    assert (out / "valid.tok.src").read_text().splitlines() == [s for s, _ in pairs[124:144]]
+    train = [(line + " ").replace("@@ ", "").strip() for line in (out / "train.tgt").read_text().splitlines()]
+    assert train == [t for _, t in pairs[:124]]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mini"]  # no work folder or lock left
+    rerun = subprocess.run(
+        [str(BIN / "fairseq-ln-prepare"), "gigaword_mini", "--merges", "200", "--out", str(out)],
+        capture_output=True,
+        text=True,
+    )
+    assert rerun.returncode == 0 and "nothing to do" in rerun.stderr

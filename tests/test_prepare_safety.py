@@ -174,6 +174,7 @@ CORPUS_ARGS = {
     "wikitext2": ["--raw-dir", "{tmp}/no-raw"],
     "wikitext103": ["--raw-dir", "{tmp}/no-raw"],
     "gigaword": ["--raw-dir", "{tmp}/no-raw"],
+    "gigaword_mini": ["--shared-data", "{tmp}/no-shared"],
 }
 
 

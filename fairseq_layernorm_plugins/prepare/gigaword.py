@@ -147,15 +147,16 @@ def prepare(
     workers=2,
     force=False,
     keep_work=False,
+    source=None,
 ):
     """Build the Gigaword data directory ``out_dir`` from the org_data release (``raw_dir``,
     or the archive: :func:`find_archive`, checked against ``archive_sha256`` or the published
-    sha256); returns its stamp."""
+    sha256); returns its stamp (``source``: what ``raw_dir`` is, for it, when not the release)."""
     out_dir = Path(out_dir)
     steps = Steps(out_dir.with_name(out_dir.name + ".work"), force)
     if raw_dir is not None:
         raw = raw_folder(raw_dir)
-        inputs, source = [raw / Path(member).name for member in MEMBERS], f"{raw} (the org_data release)"
+        inputs, source = [raw / Path(member).name for member in MEMBERS], source or f"{raw} (the org_data release)"
         unpacked = None
     else:
         path = find_archive(archive, download_dir)
