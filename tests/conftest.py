@@ -84,15 +84,22 @@ def run_cli(tool, *args, cwd=None, timeout=300, env=None, input_text=None, in_pr
     if in_process and tool in IN_PROCESS_ON_REQUEST and cwd is None and env is None:
         if tool == "fairseq-train":
             fresh_train_state()
+            cmd = loading_in_this_process(cmd)
         code, out = _run_in_process(IN_PROCESS_ON_REQUEST[tool], cmd, input_text)
     elif tool in IN_PROCESS and cwd is None and env is None:
-        code, out = _run_in_process(IN_PROCESS[tool], cmd, input_text)
+        code, out = _run_in_process(IN_PROCESS[tool], loading_in_this_process(cmd), input_text)
     else:
         proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env, input=input_text)
         code, out = proc.returncode, proc.stdout + proc.stderr
     if code != 0:
         pytest.fail(f"{' '.join(cmd)} exited {code}:\n{out[-4000:]}")
     return out
+
+
+def loading_in_this_process(cmd):
+    """``cmd`` with ``--num-workers 0`` unless it names its own: the same batches, loaded in this
+    process; a data-loading worker forked from it takes the 5 s of torch's join timeout to end."""
+    return cmd if "--num-workers" in cmd else [*cmd, "--num-workers", "0"]
 
 
 def fresh_train_state():

@@ -159,11 +159,13 @@ def test_train_resume_generate(tiny_data_bin, tmp_path, arch, optimizer, schedul
     assert_identical(state["model"], reference["model"], "model")
     assert_identical(state["last_optimizer_state"], reference["last_optimizer_state"], "optimizer")
 
+    # decoded in this process (run_cli: fairseq-generate's cli_main), the fresh process and the
+    # relative --user-dir of the README's form being the two trainings' above
     out = run_cli(
         "fairseq-generate",
         tiny_data_bin,
         "--user-dir",
-        PLUGIN_DIR.name,
+        PLUGIN_DIR,
         "--path",
         resumed_dir / "checkpoint_last.pt",
         "--gen-subset",
@@ -173,7 +175,6 @@ def test_train_resume_generate(tiny_data_bin, tmp_path, arch, optimizer, schedul
         "--batch-size",
         "20",
         "--cpu",
-        cwd=PLUGIN_DIR.parent,
     )
     hypotheses = [line for line in out.splitlines() if line.startswith("H-")]
     assert len(hypotheses) == 40 and all(len(h.split("\t")) == 3 for h in hypotheses)

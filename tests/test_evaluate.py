@@ -126,7 +126,7 @@ def test_train_then_evaluate_on_iwslt14_mini(tmp_path, capsys):
     """The main path: recipe -> launcher -> 2 update checkpoints -> averaged -> generate ->
     results.json whose SacreBLEU equals the CLI's on the files it wrote."""
     data = tmp_path / "mini"
-    prepare_iwslt14_mini(shared_data("iwslt14"), data, test_lines=60)
+    prepare_iwslt14_mini(shared_data("iwslt14"), data, test_lines=20)
     recipe = load_recipe("iwslt14_mini/postln").with_depth()
     run_dir = tmp_path / "run"
     launch = Launch(
@@ -136,9 +136,9 @@ def test_train_then_evaluate_on_iwslt14_mini(tmp_path, capsys):
         cpu_workers=1,
         extra=[
             "--max-update",
-            "10",
+            "4",
             "--save-interval-updates",
-            "5",
+            "2",
             "--keep-interval-updates",
             "2",
             "--disable-validation",
@@ -147,15 +147,15 @@ def test_train_then_evaluate_on_iwslt14_mini(tmp_path, capsys):
     train(launch, run_dir)
     result = evaluate(run_dir, average_last=2, kind="update")
     printed = capsys.readouterr().out
-    assert "averaged 2 checkpoints: checkpoint_1_10.pt, checkpoint_1_5.pt" in printed
+    assert "averaged 2 checkpoints: checkpoint_1_4.pt, checkpoint_1_2.pt" in printed
     assert "nrefs:1|case:lc|eff:no|tok:13a|smooth:exp|version:" in printed  # the signature is printed
     saved = json.loads((run_dir / "results.json").read_text())
-    assert saved == result and result["sentences"] == 60 and result["headline"] == "tokenized"
+    assert saved == result and result["sentences"] == 20 and result["headline"] == "tokenized"
     assert set(result["bleu"]) == {"sacrebleu", "tokenized", "compound_split"}
     cli = sacrebleu_cli(data / "test.raw.en", run_dir / "test.hyp.detok.en", "-lc")
     assert result["bleu"]["sacrebleu"]["score"] == round(cli, 2)
     run = json.loads((run_dir / "run.json").read_text())
-    assert run["recipe"] == "iwslt14_mini/postln" and "--max-update 10" in run["command"]
+    assert run["recipe"] == "iwslt14_mini/postln" and "--max-update 4" in run["command"]
 
 
 def test_recipe_runs_under_fairseq_hydra_train(tiny_data_bin, tmp_path):
