@@ -48,6 +48,16 @@ def in_data(name):
     return str(DATA / name)
 
 
+def add_shared_data_arg(parser):
+    """``--shared-data``: the folder of real corpora beside the checkout (``../shared/data``)
+    that the mini corpora are built from."""
+    parser.add_argument(
+        "--shared-data",
+        default=str(Path(__file__).resolve().parents[3] / "shared" / "data"),
+        help="the shared data folder (default: ../shared/data)",
+    )
+
+
 def add_common_args(parser):
     parser.add_argument(
         "--train-pairs",

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from sacremoses import MosesTokenizer
 
-from fairseq_layernorm_plugins.prepare.cli import argument_parser, in_data, positive, run_cli
+from fairseq_layernorm_plugins.prepare.cli import add_shared_data_arg, argument_parser, in_data, positive, run_cli
 from fairseq_layernorm_plugins.prepare.gigaword import SPLITS
 from fairseq_layernorm_plugins.prepare.gigaword import prepare as prepare_gigaword
 from fairseq_layernorm_plugins.prepare.steps import Steps, one_at_a_time
@@ -77,11 +77,7 @@ def prepare(out_dir, shared_data, merges=500, workers=2, force=False, keep_work=
 
 def main(argv=None):
     parser = argument_parser(__doc__)
-    parser.add_argument(
-        "--shared-data",
-        default=str(Path(__file__).resolve().parents[3] / "shared" / "data"),
-        help="the shared data folder (default: ../shared/data)",
-    )
+    add_shared_data_arg(parser)
     parser.add_argument("--merges", type=positive, default=500, help="joint BPE merges (default: 500)")
     parser.add_argument(
         "--out", default=in_data("gigaword-mini"), help="output directory (default: data/gigaword-mini)"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from sacremoses import MosesDetokenizer
 
-from fairseq_layernorm_plugins.prepare.cli import argument_parser, in_data, run_cli
+from fairseq_layernorm_plugins.prepare.cli import add_shared_data_arg, argument_parser, in_data, run_cli
 from fairseq_layernorm_plugins.prepare.parallel import map_lines
 from fairseq_layernorm_plugins.prepare.steps import Steps, one_at_a_time
 from fairseq_layernorm_plugins.prepare.textio import DataError, read_lines, write_lines
@@ -86,11 +86,7 @@ def prepare(out_dir, shared_data, src="en", tgt="de", merges=8000, workers=2, fo
 
 def main(argv=None):
     parser = argument_parser(__doc__)
-    parser.add_argument(
-        "--shared-data",
-        default=str(Path(__file__).resolve().parents[3] / "shared" / "data"),
-        help="the shared data folder (default: ../shared/data)",
-    )
+    add_shared_data_arg(parser)
     parser.add_argument(
         "--out",
         default=in_data("wmt14-mini.en-de"),
