@@ -222,7 +222,8 @@ EVALUATE_DOC = """Evaluate training runs (see fairseq_layernorm_plugins/runs/eva
 scores the checkpoints the recipe's protocol names (the last N averaged, --average-last; up
 to --checkpoint-upper-bound; a best window; a per-epoch curve: runs/evaluate.py),
 runs fairseq-generate with the recipe's beam and length penalty, detokenises, and writes
-results.json with SacreBLEU (and its signature), tokenized and compound-split BLEU.
+results.json with SacreBLEU (and its signature), tokenized and compound-split BLEU; a headline
+recipe (gigaword/*) gets F1 ROUGE-1/2/L instead, a language model its perplexity.
 """
 
 
