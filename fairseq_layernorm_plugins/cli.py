@@ -205,8 +205,8 @@ def train(argv=None):
         return
     if args.dry_run:
         print(launch.describe())
-        if launch.recipe.paper_line():
-            print(launch.recipe.paper_line())
+        if paper := launch.recipe.paper_line():
+            print(paper)
         print(shlex.join(launch.command()))
         return
     try:

@@ -98,7 +98,7 @@ def test_language_model_recipe_trains_is_scored_and_tabulated(lm_data_bin, tiny_
         assert ppl["score"] == pytest.approx(2 ** ppl["loss_bits"], abs=0.01)
         assert 1 < ppl["score"] < len(LM_WORDS) / 2  # the next word is learnable: far below uniform
     rows = table_rows(collect([tmp_path / "runs"]), "lmtiny")
-    assert [(r.method, r.depth, r.paper_bleu) for r in rows] == [("b2t", "2L valid", 3.0), ("b2t", "2L test", 4.0)]
+    assert [(r.method, r.depth, r.paper_value) for r in rows] == [("b2t", "2L valid", 3.0), ("b2t", "2L test", 4.0)]
     assert [r.mean for r in rows] == [result["perplexity"][s]["score"] for s in ("valid", "test")]
     markdown, table_csv = render(rows, "lmtiny")
     assert "2L valid ours" in markdown and f"{rows[1].mean - 4.0:+.2f}" in markdown

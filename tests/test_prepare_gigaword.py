@@ -27,7 +27,8 @@ def release_text(text, tokenizer=MosesTokenizer("en")):
 
 
 def newstest_pairs():
-    """[(first sentence, headline)] of newstest2014's English documents, in the release's text."""
+    """[(first sentence, headline)] of newstest2014's English documents, in the release's text
+    (written here again, not imported from prepare/gigaword_mini.py, which it checks)."""
     if not SGM.is_file():
         pytest.skip(f"{SGM}: not here (../shared/data)")
     docs = re.findall(r"<doc [^>]*>(.*?)</doc>", SGM.read_text(encoding="utf-8"), flags=re.S)
@@ -159,7 +160,8 @@ def test_headlines_end_to_end_prepare_train_evaluate_table(release, tmp_path):
     logged = dict(
         line.split("\t")[0::2] for line in (run / "generate-test.log").read_text().splitlines() if line.startswith("H-")
     )
-    assert hypotheses == [logged[f"H-{i}"] for i in range(len(logged))]  # in test-set order, after BPE removal
+    assert hypotheses == [logged[f"H-{i}"] for i in range(len(logged))]  # in test-set order
+    assert not any("@@" in h for h in hypotheses)  # BPE removed
     references = [row[1] for row in written["test"]]  # test's UNK kept as the release writes it
     assert (data / "test.tok.tgt").read_text().splitlines() == references and len(hypotheses) == len(references)
     scorer = RougeScorer(["rouge1", "rouge2", "rougeL"], use_stemmer=True)

@@ -353,6 +353,13 @@ def test_gigaword_recipes_are_table_7(tiny_data_bin):
                     4000,
                     False,
                 )
+    tfixup = _args("gigaword/tfixup", "18L-18L", tiny_data_bin, gpus=144)
+    assert (tfixup.lr, tfixup.lr_scheduler, tfixup.decay_period, tfixup.fp16) == (
+        [5e-4],
+        "inverse_sqrt_nowarmup",
+        4000,
+        True,
+    )
     assert _args("gigaword/b2t_noln", "18L-18L", tiny_data_bin).b2t_no_layer_norm
 
 

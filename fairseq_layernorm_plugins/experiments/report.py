@@ -73,7 +73,7 @@ class Row(NamedTuple):
     mean: float
     std: float | None
     seeds: int
-    paper_bleu: object  # the paper's number: a number, "failed", or None
+    paper_value: object  # the paper's number: a number, "failed", or None
     label: str  # what our number is (the metric's label)
     paper: dict  # the recipe's paper section
 
@@ -154,7 +154,8 @@ def render(rows, table):
     lines = [f"### {table}", ""]
     if papers:
         approx = " (approximate, read off a plot)" if any(p.get("approximate") for p in papers) else ""
-        lines += [f"paper: {papers[0].get('source', '')}; {papers[0].get('metric', '')}{approx}", ""]
+        sources = "; ".join(dict.fromkeys(p.get("source", "") for p in papers))
+        lines += [f"paper: {sources}; {papers[0].get('metric', '')}{approx}", ""]
     lines += [
         f"ours: {rows[0].label}; mean +- std over seeds (n)",
         "",
@@ -171,7 +172,7 @@ def render(rows, table):
             if row is None:
                 cells += ["", "", ""]
                 continue
-            paper = row.paper_bleu
+            paper = row.paper_value
             diff = row.mean - paper if isinstance(paper, (int, float)) else None
             cells += [
                 f"{row.mean:.2f}" + (f" +- {row.std:.2f}" if row.std is not None else "") + f" ({row.seeds})",

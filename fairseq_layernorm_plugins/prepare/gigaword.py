@@ -151,7 +151,8 @@ def prepare(
 ):
     """Build the Gigaword data directory ``out_dir`` from the org_data release (``raw_dir``,
     or the archive: :func:`find_archive`, checked against ``archive_sha256`` or the published
-    sha256); returns its stamp (``source``: what ``raw_dir`` is, for it, when not the release)."""
+    sha256); returns its stamp (``source``, with ``raw_dir`` only: what that folder holds, for
+    the stamp, when it is not the release)."""
     out_dir = Path(out_dir)
     steps = Steps(out_dir.with_name(out_dir.name + ".work"), force)
     if raw_dir is not None:

@@ -9,6 +9,7 @@ Enough to see whether a deep model trains at all on headline pairs; far too few 
 numbers to mean anything.
 """
 
+import functools
 import re
 from pathlib import Path
 
@@ -24,9 +25,14 @@ SGM = Path("wmt14") / "test-full" / "newstest2014-deen-src.en.sgm"
 SIZES = {"train": 124, "valid": 20, "test": 20}  # in document order
 
 
-def release_text(text, tokenizer=MosesTokenizer("en")):
+@functools.cache
+def english_tokenizer():
+    return MosesTokenizer("en")
+
+
+def release_text(text):
     """A line as the Gigaword release writes it: lower-cased, Moses-tokenised, digits ``#``."""
-    return re.sub(r"\d", "#", tokenizer.tokenize(text.lower(), escape=False, return_str=True))
+    return re.sub(r"\d", "#", english_tokenizer().tokenize(text.lower(), escape=False, return_str=True))
 
 
 def headline_pairs(sgm):

@@ -246,10 +246,16 @@ class Recipe:
                 break
         else:
             return None
+
+        def number(v):
+            return f"{v:.2f}" if isinstance(v, (int, float)) else str(v)  # or "failed"
+
         if isinstance(value, list):  # ROUGE-1, -2, -L
-            value = " / ".join(f"{v:.2f}" for v in value)
+            value = " / ".join(map(number, value))
         elif isinstance(value, dict):  # perplexity per subset
-            value = ", ".join(f"{subset} {v}" for subset, v in value.items())
+            value = ", ".join(f"{subset} {number(v)}" for subset, v in value.items())
+        else:
+            value = number(value)
         return f"paper ({paper.get('source', 'no source given')}; {paper.get('metric', key)}): {value}"
 
 

@@ -165,7 +165,7 @@ def evaluate(
     lenpen = gen.get("lenpen", 1.0)
     rouge = gen.get("score") == "rouge"
     headline = "rouge" if rouge else gen.get("bleu", "sacrebleu")
-    if rouge and (gen.get("per_epoch") or gen.get("window_search") or test_sets) and average_last is None:
+    if rouge and (test_sets or ((gen.get("per_epoch") or gen.get("window_search")) and average_last is None)):
         raise ValueError(f"{run['recipe']}: a ROUGE recipe scores averaged or best checkpoints on one test set")
 
     def translate_and_score(checkpoint, split, lenpen):
