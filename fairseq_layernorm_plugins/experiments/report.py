@@ -23,6 +23,7 @@ from typing import NamedTuple
 from fairseq_layernorm_plugins.atomic import atomic_path, write_text
 from fairseq_layernorm_plugins.experiments.curves import first_error, read_log_curves, status
 from fairseq_layernorm_plugins.experiments.figures import pyplot, save_figure
+from fairseq_layernorm_plugins.recipes.config import CONFIG_DIR, list_recipes, paper_number
 
 
 def collect(paths):
@@ -44,8 +45,6 @@ def collect(paths):
 
 def table_names(config_dir=None):
     """The tables of ``configs/``: every folder holding a recipe (its parent in a recipe's name)."""
-    from fairseq_layernorm_plugins.recipes.config import CONFIG_DIR, list_recipes
-
     return sorted({name.rsplit("/", 1)[0] for name in list_recipes(config_dir or CONFIG_DIR) if "/" in name})
 
 
@@ -59,10 +58,6 @@ def no_rows_error(results, table, paths):
     if table not in table_names() and table not in present:
         return f"--table {table}: no such table (recipe folder) in configs/ nor among the runs under {where} (they have: {', '.join(present)})"
     return f"no evaluated runs of {table} under {where} (evaluated there: {', '.join(present)})"
-
-
-def _number(value):
-    return f"{value:.2f}" if isinstance(value, (int, float)) else (value or "")
 
 
 class Row(NamedTuple):
@@ -176,7 +171,7 @@ def render(rows, table):
             diff = row.mean - paper if isinstance(paper, (int, float)) else None
             cells += [
                 f"{row.mean:.2f}" + (f" +- {row.std:.2f}" if row.std is not None else "") + f" ({row.seeds})",
-                _number(paper),
+                paper_number(paper),
                 f"{diff:+.2f}" if diff is not None else "",
             ]
             writer.writerow(
@@ -186,7 +181,7 @@ def render(rows, table):
                     f"{row.mean:.2f}",
                     "" if row.std is None else f"{row.std:.2f}",
                     row.seeds,
-                    _number(paper),
+                    paper_number(paper),
                     "" if diff is None else f"{diff:+.2f}",
                 ]
             )

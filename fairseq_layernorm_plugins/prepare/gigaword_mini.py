@@ -15,7 +15,14 @@ from pathlib import Path
 
 from sacremoses import MosesTokenizer
 
-from fairseq_layernorm_plugins.prepare.cli import add_shared_data_arg, argument_parser, in_data, positive, run_cli
+from fairseq_layernorm_plugins.prepare.cli import (
+    add_common_args,
+    add_shared_data_arg,
+    argument_parser,
+    in_data,
+    positive,
+    run_cli,
+)
 from fairseq_layernorm_plugins.prepare.gigaword import SPLITS
 from fairseq_layernorm_plugins.prepare.gigaword import prepare as prepare_gigaword
 from fairseq_layernorm_plugins.prepare.steps import Steps, one_at_a_time
@@ -66,7 +73,7 @@ def prepare(out_dir, shared_data, merges=500, workers=2, force=False, keep_work=
     out_dir = Path(out_dir)
     steps = Steps(out_dir.with_name(out_dir.name + ".work"), force)
     release = steps.run("org_data", lambda out: write_release(sgm, out), inputs=[sgm])
-    stamp = prepare_gigaword(
+    return prepare_gigaword(  # it cleans the shared OUT.work, org_data included
         out_dir,
         raw_dir=release.ready(),
         merges=merges,
@@ -76,9 +83,6 @@ def prepare(out_dir, shared_data, merges=500, workers=2, force=False, keep_work=
         source=f"{sgm}: its documents' first two segments (gigaword_mini, a stand-in)",
         **kwargs,
     )
-    if not keep_work:
-        steps.clean()
-    return stamp
 
 
 def main(argv=None):
@@ -88,8 +92,7 @@ def main(argv=None):
     parser.add_argument(
         "--out", default=in_data("gigaword-mini"), help="output directory (default: data/gigaword-mini)"
     )
-    parser.add_argument("--workers", type=positive, default=2, help="processes for BPE and binarisation (default: 2)")
-    parser.add_argument("--force", action="store_true", help="redo every step even if its stamp is up to date")
+    add_common_args(parser)
     args = parser.parse_args(argv)
     return run_cli(parser, prepare, args, out_dir=args.out, shared_data=args.shared_data, merges=args.merges)
 

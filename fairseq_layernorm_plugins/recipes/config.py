@@ -247,16 +247,18 @@ class Recipe:
         else:
             return None
 
-        def number(v):
-            return f"{v:.2f}" if isinstance(v, (int, float)) else str(v)  # or "failed"
-
         if isinstance(value, list):  # ROUGE-1, -2, -L
-            value = " / ".join(map(number, value))
+            value = " / ".join(map(paper_number, value))
         elif isinstance(value, dict):  # perplexity per subset
-            value = ", ".join(f"{subset} {number(v)}" for subset, v in value.items())
+            value = ", ".join(f"{subset} {paper_number(v)}" for subset, v in value.items())
         else:
-            value = number(value)
+            value = paper_number(value)
         return f"paper ({paper.get('source', 'no source given')}; {paper.get('metric', key)}): {value}"
+
+
+def paper_number(value):
+    """A reported number as the papers print it (2 decimals), "failed" as it is, None as ""."""
+    return f"{value:.2f}" if isinstance(value, (int, float)) else (value or "")
 
 
 def layer_counts(depth):

@@ -262,10 +262,10 @@ def evaluate(
         scores["sacrebleu_mean"] = mean_sacrebleu(per_set)
     result["headline"] = headline if headline in scores else next(iter(scores), None)
     write_json(out_dir / "results.json", result)
-    for metric, value in scores.items():
+    for value in scores.values():
         shown = describe(value) if rouge else f"{value['score']:.2f}"
         echo(
-            f"{run['recipe']} {run.get('depth')}: {value.get('label', metric)}: {shown}"
+            f"{run['recipe']} {run.get('depth')}: {value['label']}: {shown}"
             + (f"  [{value['signature']}]" if "signature" in value else "")
         )
     return result
@@ -303,22 +303,6 @@ def score_subset(run, out_dir, data_bin, root, checkpoint, subset, lenpen, spm, 
 
     tgt = run["target_lang"]
     hyps = read_hypotheses(log)
-    if gen.get("score") == "rouge":  # headlines: the tokenised text as the release writes it
-        write_lines(out_dir / f"{subset}.hyp.tok.{tgt}", hyps)
-        refs = root / f"{subset}.tok.{tgt}"
-        if not refs.is_file():
-            raise ValueError(f"{refs}: no reference headlines (fairseq-ln-prepare gigaword writes them)")
-        references = read_lines(refs)
-        if len(references) != len(hyps):
-            raise ValueError(f"{refs}: {len(references)} references for {len(hyps)} hypotheses")
-        return rouge_metrics(hyps, references), len(hyps)
-    if spm:
-        hyps_detok, hyps_tok = hyps, [Tokenize(tgt, aggressive_dash_splits=True)(h) for h in hyps]
-    else:
-        detok = MosesDetokenizer(lang=tgt)
-        hyps_tok, hyps_detok = hyps, [detok.detokenize(h.split()) for h in hyps]
-    write_lines(out_dir / f"{subset}.hyp.tok.{tgt}", hyps_tok)
-    write_lines(out_dir / f"{subset}.hyp.detok.{tgt}", hyps_detok)
     refs = {
         kind_: read_lines(root / f"{subset}.{kind_}.{tgt}") if (root / f"{subset}.{kind_}.{tgt}").is_file() else None
         for kind_ in ("tok", "raw")
@@ -326,4 +310,16 @@ def score_subset(run, out_dir, data_bin, root, checkpoint, subset, lenpen, spm, 
     for kind_, lines in refs.items():
         if lines is not None and len(lines) != len(hyps):
             raise ValueError(f"{root / f'{subset}.{kind_}.{tgt}'}: {len(lines)} references for {len(hyps)} hypotheses")
+    if gen.get("score") == "rouge":  # headlines: the tokenised text as the release writes it
+        if refs["tok"] is None:
+            raise ValueError(f"{root / f'{subset}.tok.{tgt}'}: no reference headlines (fairseq-ln-prepare gigaword writes them)")
+        write_lines(out_dir / f"{subset}.hyp.tok.{tgt}", hyps)
+        return rouge_metrics(hyps, refs["tok"]), len(hyps)
+    if spm:
+        hyps_detok, hyps_tok = hyps, [Tokenize(tgt, aggressive_dash_splits=True)(h) for h in hyps]
+    else:
+        detok = MosesDetokenizer(lang=tgt)
+        hyps_tok, hyps_detok = hyps, [detok.detokenize(h.split()) for h in hyps]
+    write_lines(out_dir / f"{subset}.hyp.tok.{tgt}", hyps_tok)
+    write_lines(out_dir / f"{subset}.hyp.detok.{tgt}", hyps_detok)
     return score(hyps_tok, hyps_detok, refs["tok"], refs["raw"], lowercase=gen.get("lowercase", False)), len(hyps)

@@ -97,14 +97,15 @@ def rouge_metrics(hypotheses, references):
     """What ``fairseq-ln-evaluate`` writes for a headline recipe: {"rouge": rouge-score's
     scores, "rouge_perl": the Perl script's}, each {"rouge1", "rouge2", "rougeL" (F1 in
     percent, to 2 decimals), "pairs", "signature", "label"}. Without Perl's requirements
-    (:func:`perl_missing`) "rouge_perl" says why it was not run ({"skipped": why})."""
+    (:func:`perl_missing`) "rouge_perl" says why it was not run ({"skipped": why, "label"})."""
 
     def scored(implementation):
         scores = score_rouge(hypotheses, references, implementation)
         return {**scores, **{m: round(scores[m], 2) for m in METRICS}, "label": LABELS[implementation]}
 
     why = perl_missing()
-    return {"rouge": scored("rouge-score"), "rouge_perl": {"skipped": why} if why else scored("perl")}
+    skipped = {"skipped": why, "label": LABELS["perl"]}
+    return {"rouge": scored("rouge-score"), "rouge_perl": skipped if why else scored("perl")}
 
 
 def describe(value):
