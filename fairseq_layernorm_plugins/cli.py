@@ -33,6 +33,8 @@ CORPORA = (
     "wikitext2",
     "gigaword",
     "gigaword_mini",
+    "librispeech",
+    "librispeech_espeak",
 )
 
 

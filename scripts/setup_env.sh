@@ -3,11 +3,11 @@
 # constraints.txt to all pip calls, build environments included.
 # Idempotent: a second run only checks a stamp and returns.
 #   VENV=path  where to create the environment (default: .venv)
-#   EXTRAS=... which extras to install (default: test,plots,slurm,tensorboard,spm,rouge-perl)
+#   EXTRAS=... which extras to install (default: test,plots,slurm,tensorboard,spm,rouge-perl,speech)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
-EXTRAS=${EXTRAS:-test,plots,slurm,tensorboard,spm,rouge-perl}
+EXTRAS=${EXTRAS:-test,plots,slurm,tensorboard,spm,rouge-perl,speech}
 PYTHON=${PYTHON:-python3}
 export PIP_CONSTRAINT="$PWD/constraints.txt"
 export PIP_DISABLE_PIP_VERSION_CHECK=1

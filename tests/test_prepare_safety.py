@@ -175,6 +175,8 @@ CORPUS_ARGS = {
     "wikitext103": ["--raw-dir", "{tmp}/no-raw"],
     "gigaword": ["--raw-dir", "{tmp}/no-raw"],
     "gigaword_mini": ["--shared-data", "{tmp}/no-shared"],
+    "librispeech": ["--source", "{tmp}/no-source"],
+    "librispeech_espeak": ["--shared-data", "{tmp}/no-shared"],
 }
 
 

@@ -1,0 +1,540 @@
+"""LibriSpeech speech recognition (``fairseq-ln-prepare librispeech``): Panayotov et al. (2015)'s
+read English audiobooks, in the layout fairseq's speech-to-text task reads (as its
+``examples/speech_to_text/prep_librispeech_data.py`` writes it), without torchaudio.
+
+1. The archives: ``SPLIT.tar.gz`` of OpenSLR resource 12 for each of ``--splits`` (default:
+   the seven official ones), downloaded into ``--download-dir`` (kept as a cache) and checked
+   against its published sha256, then unpacked (a member that would land outside the unpacked
+   folder is refused); or ``--source DIR``, an unpacked ``LibriSpeech/`` folder
+   (``DIR/SPLIT/...``), when nothing is downloaded.
+2. Transcripts: each chapter's ``SPEAKER-CHAPTER.trans.txt`` (``SPEAKER/CHAPTER/`` of a split),
+   one line ``UTTERANCE-ID TRANSCRIPT`` per ``UTTERANCE-ID.flac`` beside it; a line without its
+   recording, or a recording without its line, is an error naming it. The transcripts are
+   lower-cased, as fairseq's example writes ``tgt_text``.
+3. Features: 80 log mel filter banks per 10 ms (``fbank.py``: Kaldi's, as torchaudio computes
+   them for fairseq's example), each utterance's ``(frames, 80)`` float32 array saved as
+   ``UTTERANCE-ID.npy`` in one uncompressed zip, ``fbank80.zip``, for every split.
+4. Manifests ``SPLIT.tsv``: ``id``, ``audio`` (``fbank80.zip:OFFSET:LENGTH``, where the .npy's
+   bytes lie in the zip), ``n_frames``, ``tgt_text``, ``speaker``; utterances in the order of
+   their ids (torchaudio's LIBRISPEECH, which fairseq's example reads).
+5. Vocabulary: a unigram SentencePiece model of ``--vocab-size`` pieces (default 10,000, the
+   example's) learnt on the prepared ``train-*`` splits' transcripts, with fairseq's ids
+   (``<s>`` 0, ``<pad>`` 1, ``</s>`` 2, ``<unk>`` 3), and fairseq's dictionary of its pieces.
+6. ``config.yaml`` for ``fairseq-train OUT --task speech_to_text --config-yaml config.yaml``:
+   the example's, with its "ld" SpecAugment policy. fairseq reads the manifests' zip relative to
+   ``audio_root`` (else the current folder), so ``audio_root`` and the SentencePiece model are
+   OUT's absolute paths: training works from any folder, and after moving OUT a rerun with the
+   new ``--out`` rewrites ``config.yaml`` (nothing else).
+
+Sizes (utterances; hours from Panayotov et al. 2015, Table 1): train-clean-100 28,539 (100.6 h),
+train-clean-360 104,014 (363.6 h), train-other-500 148,688 (496.7 h), dev-clean 2,703 (5.4 h),
+dev-other 2,864 (5.3 h), test-clean 2,620 (5.4 h), test-other 2,939 (5.1 h). The archives take
+about 60 GB, the features as much again in ``OUT.work`` and in ``fbank80.zip`` (steps are
+resumable; ``OUT.work`` is removed when the output is complete, unless ``--keep-work``).
+
+Output:
+
+    OUT/fbank80.zip                    UTTERANCE-ID.npy of every split, stored uncompressed
+    OUT/SPLIT.tsv                      the manifests
+    OUT/spm_unigramN.{model,vocab}     SentencePiece's model and its pieces' scores
+    OUT/spm_unigramN.txt               fairseq's dictionary: the pieces but the four specials
+    OUT/config.yaml                    fairseq's S2TDataConfig
+    OUT/stamp.json                     sizes, frames, options, the key of the inputs, the files
+
+Licence: CC BY 4.0 (LibriSpeech, from LibriVox's public-domain recordings).
+"""
+
+import argparse
+import csv
+import functools
+import hashlib
+import importlib.metadata
+import io
+import logging
+import multiprocessing as mp
+import re
+import shutil
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import yaml
+from tqdm import tqdm
+
+from fairseq_layernorm_plugins.atomic import write_text
+from fairseq_layernorm_plugins.prepare import output
+from fairseq_layernorm_plugins.prepare.cli import DOWNLOADS, argument_parser, in_data, positive, run_cli
+from fairseq_layernorm_plugins.prepare.dataset import current_stamp
+from fairseq_layernorm_plugins.prepare.fbank import NUM_BINS, fbank, read_audio, speech_module
+from fairseq_layernorm_plugins.prepare.fetch import download, extract
+from fairseq_layernorm_plugins.prepare.output import output_directory, write_stamp
+from fairseq_layernorm_plugins.prepare.steps import Steps, one_at_a_time
+from fairseq_layernorm_plugins.prepare.textio import DataError, read_lines, write_lines
+
+logger = logging.getLogger(__name__)
+
+SPLITS = (
+    "train-clean-100",
+    "train-clean-360",
+    "train-other-500",
+    "dev-clean",
+    "dev-other",
+    "test-clean",
+    "test-other",
+)
+BASE_URL = "https://www.openslr.org/resources/12"
+SHA256 = {  # of the archives SPLIT.tar.gz, as torchaudio's datasets/librispeech.py checks them (_CHECKSUMS)
+    "dev-clean": "76f87d090650617fca0cac8f88b9416e0ebf80350acb97b343a85fa903728ab3",
+    "dev-other": "12661c48e8c3fe1de2c1caa4c3e135193bfb1811584f11f569dd12645aa84365",
+    "test-clean": "39fde525e59672dc6d1551919b1478f724438a95aa55f874b576be21967e6c23",
+    "test-other": "d09c181bba5cf717b3dee7d4d592af11a3ee3a09e08ae025c5506f6ebe961c29",
+    "train-clean-100": "d4ddd1d5a6ab303066f14971d768ee43278a5f2a0aa43dc716b0e64ecbbbf6e2",
+    "train-clean-360": "146a56496217e96c14334a160df97fffedd6e0a04e66b9c5af0d40be3c792ecf",
+    "train-other-500": "ddb22f27f96ec163645d53215559df6aa36515f26e01dd70798188350adcb6d2",
+}
+VOCAB_SIZE = 10000
+FEATURES = f"fbank{NUM_BINS}.zip"
+COLUMNS = ("id", "audio", "n_frames", "tgt_text", "speaker")  # fairseq's SpeechToTextDatasetCreator
+SPECIALS = ("<s>", "<pad>", "</s>", "<unk>")  # ids 0-3, as in fairseq's Dictionary
+# SpecAugment's "ld" policy (Park et al. 2019's LibriSpeech double, without time warping), as
+# data_utils.py's S2TDataConfigWriter.set_specaugment_ld_policy writes it
+SPECAUGMENT_LD = {
+    "freq_mask_F": 27,
+    "freq_mask_N": 2,
+    "time_mask_N": 2,
+    "time_mask_T": 100,
+    "time_mask_p": 1.0,
+    "time_wrap_W": 0,
+}
+# the feature transforms of each split; fairseq 0.12.3's S2TDataConfig.get_feature_transforms
+# reads "feature_transforms" (the older "transforms" only through a conversion it warns about)
+FEATURE_TRANSFORMS = {"*": ["utterance_cmvn"], "_train": ["utterance_cmvn", "specaugment"]}
+UTTERANCE = re.compile(r"(\d+)-(\d+)-(\d+)")  # SPEAKER-CHAPTER-NUMBER
+NPY_MAGIC = b"\x93NUMPY"  # fairseq's is_npy_data checks its first two bytes (147, 78)
+OUT = in_data("librispeech")
+
+
+def archive_url(split):
+    return f"{BASE_URL}/{split}.tar.gz"
+
+
+def split_list(text):
+    """An argparse type: comma-separated split names, returned in the official order."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in SPLITS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown split {', '.join(unknown) or repr(text)} (choose from {', '.join(SPLITS)})"
+        )
+    return [split for split in SPLITS if split in names]
+
+
+split_list.__name__ = "split list"
+
+
+def source_split(source, split):
+    """The folder of ``split`` in the unpacked corpus ``source`` (``source/SPLIT`` or
+    ``source/LibriSpeech/SPLIT``)."""
+    source = Path(source)
+    if not source.is_dir():
+        raise DataError(f"--source {source}: no such folder")
+    for folder in (source / split, source / "LibriSpeech" / split):
+        if folder.is_dir():
+            return folder
+    raise DataError(f"--source {source}: no {split}/ in it (nor in its LibriSpeech/)")
+
+
+def listing(folder):
+    """A digest of what ``folder`` holds: every file's path, size and modification time (the key
+    of a ``--source`` split: hashing LibriSpeech's 60 GB of FLAC on every run would take minutes)."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in Path(folder).rglob("*") if p.is_file()):
+        stat = path.stat()
+        digest.update(f"{path.relative_to(folder)}\t{stat.st_size}\t{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()
+
+
+def read_transcripts(folder):
+    """[(utterance id, speaker, transcript)] of the split folder ``folder``, sorted by id: every
+    ``SPEAKER/CHAPTER/SPEAKER-CHAPTER.trans.txt`` line ``UTTERANCE-ID TRANSCRIPT`` with its
+    ``UTTERANCE-ID.flac`` beside it, the transcript lower-cased (whitespace runs one space)."""
+    folder = Path(folder)
+    rows = {}
+    for chapter in sorted(p for p in folder.glob("*/*") if p.is_dir()):
+        speaker, number = chapter.parent.name, chapter.name
+        trans = chapter / f"{speaker}-{number}.trans.txt"
+        recordings = {path.stem for path in chapter.glob("*.flac")}
+        listed = set()
+        for line_number, line in enumerate(read_lines(trans) if trans.is_file() else [], start=1):
+            utterance, _, text = line.partition(" ")
+            match = UTTERANCE.fullmatch(utterance)
+            if not text.strip() or not match or match.group(1, 2) != (speaker, number):
+                raise DataError(f"{trans}:{line_number}: not '{speaker}-{number}-NUMBER TRANSCRIPT'")
+            if utterance in listed:
+                raise DataError(f"{trans}:{line_number}: {utterance} listed a second time")
+            if utterance not in recordings:
+                raise DataError(f"{chapter / utterance}.flac: not found (listed in {trans}:{line_number})")
+            listed.add(utterance)
+            rows[utterance] = (speaker, " ".join(text.split()).lower())  # prep_librispeech_data.py: utt.lower()
+        unlisted = sorted(recordings - listed)
+        if unlisted:
+            more = f" (and {len(unlisted) - 1} more)" if len(unlisted) > 1 else ""
+            where = f"no line in {trans}" if trans.is_file() else f"no {trans.name} beside it"
+            raise DataError(f"{chapter / unlisted[0]}.flac: no transcript ({where}){more}")
+    if not rows:
+        raise DataError(f"{folder}: no utterances (SPEAKER/CHAPTER/SPEAKER-CHAPTER.trans.txt and .flac files)")
+    return [(utterance, *rows[utterance]) for utterance in sorted(rows)]
+
+
+def write_tsv(path, header, rows):
+    """A tab-separated file as fairseq's ``save_df_to_tsv`` writes one (no quoting)."""
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        writer = csv.writer(f, delimiter="\t", quoting=csv.QUOTE_NONE, escapechar="\\", lineterminator="\n")
+        writer.writerow(header)
+        writer.writerows(rows)
+
+
+def read_tsv(path):
+    """The rows (lists of fields) of a file :func:`write_tsv` wrote, without its header."""
+    with open(path, encoding="utf-8", newline="") as f:
+        return list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE, escapechar="\\"))[1:]
+
+
+def write_transcripts(folder, out):
+    """The step ``text.SPLIT``: ``out/utterances.tsv`` (id, speaker, tgt_text) of :func:`read_transcripts`."""
+    write_tsv(Path(out) / "utterances.tsv", ("id", "speaker", "tgt_text"), read_transcripts(folder))
+
+
+def unpack(split, download_dir, out):
+    """The step ``unpack.SPLIT``: the verified archive (downloaded unless ``download_dir`` holds
+    it) unpacked into ``out``, which must then hold ``LibriSpeech/SPLIT/``."""
+    archive = download(
+        archive_url(split),
+        Path(download_dir) / f"{split}.tar.gz",
+        checksum=SHA256[split],
+        hint="pass --source DIR holding the unpacked LibriSpeech/",
+    )
+    extract(archive, out, required=())  # tarfile's "data" filter: nothing lands outside ``out``
+    if not (Path(out) / "LibriSpeech" / split).is_dir():
+        raise DataError(f"{archive}: no LibriSpeech/{split}/ in it")
+
+
+def npy_bytes(path):
+    """The features of the recording ``path``, ``(frames, 80)`` float32, as a .npy file's bytes."""
+    waveform, sample_rate = read_audio(path)
+    buffer = io.BytesIO()
+    np.save(buffer, fbank(waveform, sample_rate), allow_pickle=False)
+    return buffer.getvalue()
+
+
+def ordered_map(fn, items, workers, desc):
+    """``fn(item)`` for each of ``items``, yielded in order, computed by ``workers`` processes,
+    with a progress bar on stderr."""
+    with tqdm(total=len(items), desc=desc, unit=" utt", file=sys.stderr, mininterval=2, disable=not items) as bar:
+        if workers <= 1 or len(items) <= 1:
+            for item in items:
+                result = fn(item)
+                bar.update(1)
+                yield result
+            return
+        pool = mp.get_context("fork" if sys.platform.startswith("linux") else "spawn").Pool(workers)
+        try:
+            for result in pool.imap(fn, items, chunksize=4):
+                bar.update(1)
+                yield result
+            pool.close()
+        finally:
+            pool.terminate()
+            pool.join()
+
+
+def stored_member(name):
+    """A zip member ``name`` stored uncompressed, dated 1980-01-01 (the same bytes on every run)."""
+    info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+    info.compress_type = zipfile.ZIP_STORED
+    info.external_attr = 0o644 << 16
+    return info
+
+
+def extract_features(folder, text_dir, workers, desc, out):
+    """The step ``fbank80.SPLIT``: ``out/features.zip``, ``UTTERANCE-ID.npy`` of each utterance of
+    ``text_dir/utterances.tsv`` (its recording ``folder/SPEAKER/CHAPTER/UTTERANCE-ID.flac``)."""
+    utterances = [row[0] for row in read_tsv(Path(text_dir) / "utterances.tsv")]
+    paths = [Path(folder).joinpath(*UTTERANCE.fullmatch(u).group(1, 2), f"{u}.flac") for u in utterances]
+    with zipfile.ZipFile(Path(out) / "features.zip", "w", zipfile.ZIP_STORED) as z:
+        for utterance, data in zip(utterances, ordered_map(npy_bytes, paths, workers, desc), strict=True):
+            z.writestr(stored_member(f"{utterance}.npy"), data)
+
+
+def learn_vocabulary(texts, vocab_size, hard_vocab_limit, workers, out):
+    """The step ``spm_unigramN``: SentencePiece's unigram model of ``vocab_size`` pieces on
+    ``texts`` with fairseq's ids (``out/spm_unigramN.{model,vocab}``, data_utils.py's gen_vocab
+    options) and fairseq's dictionary of its pieces but the specials, in id order, each with the
+    count 1 (``out/spm_unigramN.txt``)."""
+    spm = speech_module("sentencepiece")
+    prefix = Path(out) / f"spm_unigram{vocab_size}"
+    try:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(texts),
+            model_prefix=str(prefix),
+            model_type="unigram",
+            vocab_size=vocab_size,
+            character_coverage=1.0,
+            **{f"{name}_id": i for name, i in (("bos", 0), ("pad", 1), ("eos", 2), ("unk", 3))},
+            hard_vocab_limit=hard_vocab_limit,
+            num_threads=workers,
+            minloglevel=1,
+        )
+    except RuntimeError as err:
+        largest = re.search(r"value <= (\d+)", str(err))
+        if largest:
+            raise DataError(
+                f"--vocab-size {vocab_size}: more pieces than SentencePiece finds in the training transcripts "
+                f"(at most {largest.group(1)}); choose a smaller one, or pass --soft-vocab-limit"
+            ) from None
+        smallest = re.search(r"smaller than required_chars\. \d+ vs (\d+)", str(err))
+        if smallest:
+            raise DataError(
+                f"--vocab-size {vocab_size}: fewer pieces than the training transcripts' characters and "
+                f"fairseq's 4 specials (at least {smallest.group(1)})"
+            ) from None
+        raise DataError(f"--vocab-size {vocab_size}: SentencePiece refused it ({' '.join(str(err).split())})") from None
+    model = spm.SentencePieceProcessor(model_file=f"{prefix}.model")
+    pieces = [model.id_to_piece(i) for i in range(model.get_piece_size())]
+    if tuple(pieces[: len(SPECIALS)]) != SPECIALS:
+        raise RuntimeError(f"{prefix}.model: ids 0-3 are {pieces[:4]}, not fairseq's {list(SPECIALS)}")
+    write_lines(f"{prefix}.txt", [f"{piece} 1" for piece in pieces[len(SPECIALS) :]])
+
+
+def npy_members(zip_path):
+    """{utterance id: (byte offset, byte length, frames)} of the stored ``.npy`` members of
+    ``zip_path``, read where fairseq's manifests point (each checked to be a float32
+    ``(frames, 80)`` array there)."""
+    with zipfile.ZipFile(zip_path) as z:
+        infos = z.infolist()
+    members = {}
+    with open(zip_path, "rb") as f:
+        for info in infos:
+            # a member's data follows its 30-byte local header and its name (data_utils.get_zip_manifest)
+            offset = info.header_offset + 30 + len(info.filename)
+            f.seek(offset)
+            if info.compress_type != zipfile.ZIP_STORED or f.read(len(NPY_MAGIC)) != NPY_MAGIC:
+                raise RuntimeError(f"{zip_path}: {info.filename} is not an uncompressed .npy at byte {offset}")
+            f.seek(offset)
+            version = np.lib.format.read_magic(f)
+            read_header = (
+                np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            )
+            shape, _, dtype = read_header(f)
+            if len(shape) != 2 or shape[1] != NUM_BINS or dtype != np.float32:
+                raise RuntimeError(
+                    f"{zip_path}: {info.filename} holds {dtype} {shape}, not float32 (frames, {NUM_BINS})"
+                )
+            members[info.filename.removesuffix(".npy")] = (offset, info.file_size, shape[0])
+    return members
+
+
+def config_text(out_dir, spm_prefix):
+    """``config.yaml`` (fairseq's S2TDataConfig) for the data folder ``out_dir``."""
+    config = {
+        "audio_root": str(out_dir),  # the manifests' zip is read relative to it (else the current folder)
+        "bpe_tokenizer": {"bpe": "sentencepiece", "sentencepiece_model": str(Path(out_dir) / f"{spm_prefix}.model")},
+        "feature_transforms": FEATURE_TRANSFORMS,
+        "input_channels": 1,
+        "input_feat_per_channel": NUM_BINS,
+        "specaugment": SPECAUGMENT_LD,
+        "vocab_filename": f"{spm_prefix}.txt",
+    }
+    return yaml.safe_dump(config, default_flow_style=False)
+
+
+def write_output(out_dir, splits, texts, features, vocabulary, spm_prefix, content):
+    """Write ``out_dir`` atomically from the finished steps (:func:`prepare`); returns the stamp's content."""
+    owner = {}
+    for split in splits:
+        for utterance, *_ in read_tsv(texts[split] / "utterances.tsv"):
+            if utterance in owner:
+                raise DataError(f"{utterance}: in {owner[utterance]} and in {split} (one recording, two splits?)")
+            owner[utterance] = split
+    with output_directory(out_dir) as tmp:
+        with zipfile.ZipFile(tmp / FEATURES, "w", zipfile.ZIP_STORED) as z:
+            with tqdm(total=len(owner), desc=FEATURES, unit=" utt", file=sys.stderr, mininterval=2) as bar:
+                for split in splits:
+                    with zipfile.ZipFile(features[split] / "features.zip") as src:
+                        for info in src.infolist():
+                            z.writestr(stored_member(info.filename), src.read(info))
+                            bar.update(1)
+        members = npy_members(tmp / FEATURES)
+        sizes, frames = {}, {}
+        for split in splits:
+            rows = []
+            for utterance, speaker, text in read_tsv(texts[split] / "utterances.tsv"):
+                offset, length, n_frames = members[utterance]
+                rows.append((utterance, f"{FEATURES}:{offset}:{length}", n_frames, text, speaker))
+            write_tsv(tmp / f"{split}.tsv", COLUMNS, rows)
+            sizes[split], frames[split] = len(rows), sum(row[2] for row in rows)
+        for suffix in (".model", ".vocab", ".txt"):
+            shutil.copy(vocabulary / f"{spm_prefix}{suffix}", tmp)
+        (tmp / "config.yaml").write_text(config_text(out_dir, spm_prefix), encoding="utf-8")
+        content.update(sizes=sizes, frames=frames)
+        write_stamp(tmp, content)
+    return content
+
+
+def fbank_version():
+    """The version of kaldi-native-fbank (for the stamp)."""
+    speech_module("kaldi_native_fbank")
+    return importlib.metadata.version("kaldi-native-fbank")
+
+
+def refresh_config(out_dir, spm_prefix):
+    """Rewrite ``out_dir/config.yaml`` if it names another folder (``out_dir`` was moved)."""
+    path, text = Path(out_dir) / "config.yaml", config_text(out_dir, spm_prefix)
+    if not path.is_file() or path.read_text(encoding="utf-8") != text:
+        logger.info("%s: written for another folder (moved?); rewritten for %s", path, out_dir)
+        write_text(path, text)
+
+
+@one_at_a_time
+def prepare(
+    out_dir,
+    source=None,
+    download_dir=DOWNLOADS,
+    splits=SPLITS,
+    vocab_size=VOCAB_SIZE,
+    soft_vocab_limit=False,
+    workers=2,
+    force=False,
+    keep_work=False,
+):
+    """Build the LibriSpeech data folder ``out_dir`` of ``splits`` from ``source`` (the unpacked
+    corpus) or from the archives (downloaded to ``download_dir``); returns its stamp."""
+    splits = [split for split in SPLITS if split in splits]
+    train = [split for split in splits if split.startswith("train-")]
+    if not train:
+        raise DataError(f"--splits {','.join(splits)}: no training split (train-*) to learn the vocabulary on")
+    out_dir = Path(out_dir)
+    steps = Steps(output.work_dir(out_dir), force)
+    folders, unpacked, texts = {}, {}, {}  # per split: its recordings' folder, the steps reading it
+    for split in splits:
+        if source is not None:
+            folders[split] = source_split(source, split)
+            unpacked[split], options = [], {"listing": listing(folders[split])}
+        else:
+            step = steps.run(
+                f"unpack.{split}", functools.partial(unpack, split, download_dir), options={"sha256": SHA256[split]}
+            )
+            folders[split] = step.path / "LibriSpeech" / split
+            unpacked[split], options = [step], None
+        write = functools.partial(write_transcripts, folders[split])
+        texts[split] = steps.run(f"text.{split}", write, inputs=unpacked[split], options=options)
+    features = {
+        split: steps.run(
+            f"fbank{NUM_BINS}.{split}",
+            functools.partial(extract_features, folders[split], texts[split].path, workers, f"fbank {split}"),
+            inputs=[texts[split], *unpacked[split]],
+            options={"num_bins": NUM_BINS, "fbank": "torchaudio.compliance.kaldi.fbank's settings"},
+        )
+        for split in splits
+    }
+    spm_prefix = f"spm_unigram{vocab_size}"
+    vocabulary = steps.run(
+        spm_prefix,
+        lambda out: learn_vocabulary(
+            [text for split in train for _, _, text in read_tsv(texts[split].path / "utterances.tsv")],
+            vocab_size,
+            not soft_vocab_limit,
+            workers,
+            out,
+        ),
+        inputs=[texts[split] for split in train],
+        options={"vocab_size": vocab_size, "hard_vocab_limit": not soft_vocab_limit},
+    )
+    options = {
+        "recipe": "librispeech",
+        "splits": splits,
+        "vocab_size": vocab_size,
+        "hard_vocab_limit": not soft_vocab_limit,
+        "features": f"{NUM_BINS} log mel filter banks every 10 ms (torchaudio.compliance.kaldi.fbank's, fbank.py)",
+    }
+    key = Steps.key("dataset", [*texts.values(), *features.values(), vocabulary], [options])
+    stamp = None if force else current_stamp(out_dir, key)
+    if stamp is not None:
+        logger.info("%s: up to date (made from these files with these options), nothing to do", out_dir)
+        refresh_config(out_dir, spm_prefix)
+    else:
+        for split in splits:  # every download, unpacking and transcript check before the long work
+            texts[split].ready()
+        vocabulary.ready()
+        for step in features.values():
+            step.ready()
+        source_note = f"{source} (unpacked)" if source is not None else f"{BASE_URL}/SPLIT.tar.gz (sha256 checked)"
+        content = {"key": key, **options, "source": source_note, "kaldi_native_fbank": fbank_version()}
+        stamp = write_output(
+            out_dir,
+            splits,
+            {split: step.path for split, step in texts.items()},
+            {split: step.path for split, step in features.items()},
+            vocabulary.path,
+            spm_prefix,
+            content,
+        )
+    if not keep_work:
+        steps.clean()
+    return stamp
+
+
+def main(argv=None):
+    parser = argument_parser(__doc__)
+    parser.add_argument(
+        "--source",
+        metavar="DIR",
+        help="an unpacked LibriSpeech/ folder (holding SPLIT/SPEAKER/CHAPTER/...); nothing is downloaded",
+    )
+    parser.add_argument(
+        "--download-dir",
+        default=str(DOWNLOADS),
+        metavar="DIR",
+        help="where the archives SPLIT.tar.gz are downloaded and kept (default: the repo's data/downloads)",
+    )
+    parser.add_argument(
+        "--splits",
+        type=split_list,
+        default=list(SPLITS),
+        metavar="SPLIT,...",
+        help=f"the splits to prepare, a train-* among them, of {', '.join(SPLITS)} (default: all seven)",
+    )
+    parser.add_argument(
+        "--vocab-size",
+        type=positive,
+        default=VOCAB_SIZE,
+        metavar="N",
+        help=f"SentencePiece unigram pieces, fairseq's four specials among them (default: {VOCAB_SIZE})",
+    )
+    parser.add_argument(
+        "--soft-vocab-limit",
+        action="store_true",
+        help="let SentencePiece build fewer pieces than --vocab-size when the transcripts hold too few "
+        "(its hard_vocab_limit=false; default: an error)",
+    )
+    parser.add_argument("--out", default=OUT, help="output directory (default: the repo's data/librispeech)")
+    parser.add_argument("--workers", type=positive, default=2, help="processes for feature extraction (default: 2)")
+    parser.add_argument("--force", action="store_true", help="redo every step even if its stamp is up to date")
+    parser.add_argument("--keep-work", action="store_true", help="keep OUT.work/ (intermediate steps) after success")
+    args = parser.parse_args(argv)
+    return run_cli(
+        parser,
+        prepare,
+        args,
+        out_dir=args.out,
+        source=args.source,
+        download_dir=args.download_dir,
+        splits=args.splits,
+        vocab_size=args.vocab_size,
+        soft_vocab_limit=args.soft_vocab_limit,
+    )
+
+
+if __name__ == "__main__":
+    main()
