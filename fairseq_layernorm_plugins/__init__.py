@@ -17,6 +17,7 @@ _compat.apply("checkpoint_loading")
 _compat.apply("bf16_without_tpu")
 _compat.apply("numpy_compat_long")
 _compat.apply("loader_thread_exit")
+_compat.apply("audio_without_torchaudio")
 _compat.apply("fp16_on_cpu")
 _compat.apply("fp16_cpu_products")
 _compat.apply("keep_last_batch")  # every model's, fairseq's own archs included

@@ -38,6 +38,17 @@ makes to fairseq's own behaviour, each named:
   exception", exit 134) after the run has finished and saved, and a batch scheduler marks the
   job failed. At exit, before the interpreter shuts down, each such thread now finishes the
   batch it is reading and stops. Applied on import; it changes only how a process ends.
+* ``audio_without_torchaudio`` (fairseq 0.12.x, torch >= 2.9): fairseq reads raw audio
+  (a speech manifest listing ``.flac`` / ``.wav`` files, or ``S2THubInterface``) through
+  torchaudio: ``get_waveform`` imports ``torchaudio.sox_effects`` even when there is nothing to
+  convert, and ``get_fbank`` computes filter banks with ``torchaudio.compliance.kaldi``. No
+  torchaudio release matches torch 2.13 (the one pip installs beside fairseq fails to load
+  with an ``OSError``), and none has had ``sox_effects`` since 2.9. The waveform is now taken
+  as read where no conversion is asked for (mono audio at its own rate; several channels are
+  averaged, as sox's ``channels 1``), the filter banks are kaldi-native-fbank's
+  (``prepare/fbank.py``, the same features as torchaudio's Kaldi fbank), and a resampling or
+  volume normalisation fairseq asks for is refused in one line. Applied on import; it changes
+  only what would fail.
 * ``keep_last_batch`` (fairseq 0.12.3 / main, so fairseq-fixed): ``batch_by_size`` drops
   the last batch of every split (up to 7 sentences). Applied on import, so it holds for
   every model run with ``--user-dir fairseq_layernorm_plugins``, fairseq's own archs
@@ -136,6 +147,7 @@ PATCHES = (
     "fp16_cpu_products",
     "numpy_compat_long",
     "loader_thread_exit",
+    "audio_without_torchaudio",
     "keep_last_batch",
     "resume_batches",
     "patience_resume",
@@ -168,6 +180,7 @@ def apply(name, *args):
             "fp16_cpu_products": fp16_cpu_products,
             "numpy_compat_long": numpy_compat_long,
             "loader_thread_exit": loader_thread_exit,
+            "audio_without_torchaudio": audio_without_torchaudio,
             "keep_last_batch": keep_last_batch,
             "resume_batches": resume_batches,
             "patience_resume": patience_resume,
@@ -313,6 +326,38 @@ def numpy_compat_long():
     for module in (token_block_dataset, language_pair_dataset):
         if not isinstance(module.np, _NumpyWithCompat):
             module.np = _NumpyWithCompat(module.np)
+
+
+def audio_without_torchaudio():
+    """fairseq's raw-audio reading without torchaudio (module docstring)."""
+    from fairseq.data.audio import audio_utils
+
+    if getattr(audio_utils.convert_waveform, "_without_torchaudio", False):
+        return
+
+    def convert_waveform(waveform, sample_rate, normalize_volume=False, to_mono=False, to_sample_rate=None):
+        """fairseq's ``convert_waveform`` (C, T) -> (C', T) for what needs no torchaudio."""
+        if normalize_volume or (to_sample_rate is not None and to_sample_rate != sample_rate):
+            asked = (
+                "volume normalisation" if normalize_volume else f"resampling {sample_rate} Hz to {to_sample_rate} Hz"
+            )
+            raise RuntimeError(
+                f"fairseq asks torchaudio's sox effects for {asked}, and no torchaudio release for this torch has "
+                "them: give audio at the rate the model reads, or features (fairseq-ln-prepare librispeech)"
+            )
+        if to_mono and waveform.shape[0] > 1:
+            waveform = waveform.mean(axis=0, keepdims=True)  # sox "channels 1": the channels' mean
+        return waveform, sample_rate
+
+    def torchaudio_fbank(waveform, sample_rate, n_bins=80):
+        """``waveform`` (1, T) at 16-bit scale, as fairseq's ``get_fbank`` passes it -> (frames, n_bins)."""
+        from fairseq_layernorm_plugins.prepare.fbank import fbank
+
+        return fbank(waveform.squeeze(0) / 2**15, sample_rate, num_bins=n_bins)
+
+    convert_waveform._without_torchaudio = True
+    audio_utils.convert_waveform = convert_waveform
+    audio_utils._get_torchaudio_fbank = torchaudio_fbank
 
 
 def loader_thread_exit(timeout=10.0):

@@ -17,7 +17,8 @@ class Method:
     """``name``: the recipe file name in each setting (``configs/iwslt14/<name>.yaml``);
     ``model``: the fairseq model it registers (the encoder-decoder); ``label``: for tables and
     plots; ``paper``: where it comes from; ``order``: its place in tables and plots;
-    ``lm_model``: its decoder-only language model, if it registers one."""
+    ``lm_model``: its decoder-only language model, if it registers one; ``s2t_model``: its
+    speech-to-text model, if it registers one."""
 
     name: str
     model: str
@@ -25,6 +26,7 @@ class Method:
     paper: str
     order: int = 100
     lm_model: str | None = None
+    s2t_model: str | None = None
 
     def arch(self, size=""):
         """The architecture of size ``size`` (a suffix of ``models.base.ARCH_SIZES``)."""
@@ -35,6 +37,16 @@ class Method:
         if self.lm_model is None:
             raise ValueError(f"method {self.name!r} registers no language model")
         return self.lm_model + size
+
+    def s2t_arch(self, size="_m"):
+        """The speech-to-text architecture of size ``size`` (a suffix of
+        ``models.base_s2t.S2T_ARCH_SIZES``); ValueError saying why a method has none."""
+        if self.s2t_model is None:
+            from fairseq_layernorm_plugins.models.base_s2t import NOT_FOR_SPEECH
+
+            why = NOT_FOR_SPEECH.get(self.name, "it registers none")
+            raise ValueError(f"method {self.name!r} has no speech-to-text model: {why}")
+        return self.s2t_model + size
 
     @property
     def colour(self):
@@ -49,11 +61,11 @@ PAPER_METHODS = ("postln", "preln", "admin", "tfixup", "b2t", "deepnet")
 COLOURS = tuple(f"C{i}" for i in range(10)) + ("black", "darkgoldenrod", "teal", "navy", "magenta", "lime")
 
 
-def register_method(name, model, label, paper, order=100, lm_model=None):
+def register_method(name, model, label, paper, order=100, lm_model=None, s2t_model=None):
     """Register a method (from its model module); returns its :class:`Method`."""
     if name in METHODS and METHODS[name].model != model:
         raise ValueError(f"method {name!r} is already registered for {METHODS[name].model}")
-    METHODS[name] = Method(name, model, label, paper, order, lm_model)
+    METHODS[name] = Method(name, model, label, paper, order, lm_model, s2t_model)
     return METHODS[name]
 
 

@@ -217,15 +217,41 @@ def lm_data_bin(tmp_path_factory):
     return root / "bin"
 
 
+SPEECH_SPLITS = ("train-clean-100", "dev-clean", "test-clean", "dev-other", "test-other")
+
+
+@pytest.fixture(scope="session")
+def speech_data(tmp_path_factory):
+    """fairseq speech_to_text data made by the real ``fairseq-ln-prepare librispeech`` from
+    real LibriVox and command recordings in LibriSpeech's own layout, all four evaluation sets
+    included (``tests/helpers/librispeech_fixture.py``; Debian's pocketsphinx-testdata)."""
+    from helpers.librispeech_fixture import build_librispeech_fixture
+
+    from fairseq_layernorm_plugins import cli
+
+    root = tmp_path_factory.mktemp("speech")
+    source = build_librispeech_fixture(root, other_sets=True)
+    out = root / "prepared"
+    splits = ["--splits", ",".join(SPEECH_SPLITS), "--vocab-size", "60", "--workers", "1"]
+    cli.prepare(["librispeech", "--source", str(source), *splits, "--out", str(out)])  # exits 2 on an error
+    return out
+
+
 def plugin_archs(kind="translation"):
     """{arch name: model name} for every architecture this package registers of ``kind``:
-    ``translation`` (the encoder-decoders), ``lm`` (the decoder-only language models) or ``all``."""
+    ``translation`` (the encoder-decoders), ``lm`` (the decoder-only language models), ``s2t``
+    (the speech-to-text models) or ``all``."""
     from fairseq.models import ARCH_MODEL_NAME_REGISTRY, ARCH_MODEL_REGISTRY
 
     from fairseq_layernorm_plugins.models.base import PluginTransformerModel
     from fairseq_layernorm_plugins.models.base_lm import PluginTransformerLanguageModel
+    from fairseq_layernorm_plugins.models.base_s2t import PluginS2TTransformerModel
 
-    bases = {"translation": PluginTransformerModel, "lm": PluginTransformerLanguageModel}
+    bases = {
+        "translation": PluginTransformerModel,
+        "lm": PluginTransformerLanguageModel,
+        "s2t": PluginS2TTransformerModel,
+    }
     wanted = tuple(bases.values()) if kind == "all" else bases[kind]
     return {
         arch: ARCH_MODEL_NAME_REGISTRY[arch]

@@ -315,3 +315,27 @@ def test_checkpoint_patches_share_one_trainer_wrapper_however_often_applied():
             _compat.apply(name)
     assert (depth(Trainer.load_checkpoint), depth(Trainer.save_checkpoint)) == (1, 1)
     assert {"wall", "patience"} <= set(_compat._EXTRA_STATE)
+
+
+def test_fairseq_reads_raw_audio_without_torchaudio(speech_data, tmp_path):
+    """A manifest may list FLAC files instead of features: fairseq then calls torchaudio's sox
+    effects and Kaldi fbank, and the torchaudio beside torch 2.13 fails to load (OSError). Under
+    the plugin the features are kaldi-native-fbank's, the same as the prepared ones; what fairseq
+    asks sox to resample is refused in one line."""
+    import soundfile
+    from fairseq.data.audio import audio_utils
+    from helpers.librispeech_fixture import utterances
+
+    utterance = utterances()[0]
+    flac = tmp_path / f"{utterance.id}.flac"
+    samples, rate = soundfile.read(utterance.wav, dtype="int16")
+    soundfile.write(flac, samples, rate, format="FLAC", subtype="PCM_16")
+    rows = [line.split("\t") for line in (speech_data / f"{utterance.split}.tsv").read_text().splitlines()]
+    audio = next(row[1] for row in rows if row[0] == utterance.id)  # fbank80.zip:OFFSET:LENGTH
+    prepared = audio_utils.get_features_or_waveform(str(speech_data / audio))
+    np.testing.assert_array_equal(audio_utils.get_features_or_waveform(str(flac)), prepared)
+    stereo = tmp_path / "stereo.wav"
+    soundfile.write(stereo, np.stack([samples, samples], axis=1), rate, subtype="PCM_16")
+    np.testing.assert_array_equal(audio_utils.get_features_or_waveform(str(stereo)), prepared)  # channels averaged
+    with pytest.raises(RuntimeError, match="resampling 16000 Hz to 8000 Hz"):
+        audio_utils.get_waveform(str(flac), output_sample_rate=8000)

@@ -31,9 +31,11 @@ FAIRSEQ_TEST_TRAINING = ["--optimizer", "nag", "--lr", "0.05", "--max-tokens", "
 
 def test_every_registered_arch_is_covered():
     """Each scenario here is an encoder-decoder one, the language models' are in
-    test_language_models.py: every plugin arch is one of the two kinds."""
+    test_language_models.py, the speech models' in test_speech_models.py: every plugin arch is
+    one of the three kinds."""
     assert set(ARCHS.values()) <= set(FAMILIES), "a plugin model registered without register_arch_family"
-    assert set(plugin_archs("all")) == set(ARCHS) | set(plugin_archs("lm")), "a plugin model of another kind"
+    kinds = set(ARCHS) | set(plugin_archs("lm")) | set(plugin_archs("s2t"))
+    assert set(plugin_archs("all")) == kinds, "a plugin model of another kind"
     assert all(issubclass(MODEL_REGISTRY[model], PluginTransformerModel) for model in ARCHS.values())
 
 

@@ -8,6 +8,7 @@ its architecture and size variants.
 """
 
 import argparse
+import contextlib
 import copy
 
 from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_NAME_REGISTRY
@@ -40,7 +41,24 @@ __all__ = [
     "PluginModelMixin",
     "PluginTransformerModel",
     "register_arch_family",
+    "swapped",
 ]
+
+
+@contextlib.contextmanager
+def swapped(module, **names):
+    """For one build, each of ``names`` in ``module`` is the given object: fairseq's
+    ``build_model`` of its language and speech models builds its stacks by module-level
+    name (``transformer_lm.TransformerDecoder(...)``, ``S2TTransformerEncoder(args)``) and has
+    no hook for another class."""
+    originals = {name: getattr(module, name) for name in names}
+    for name, value in names.items():
+        setattr(module, name, value)
+    try:
+        yield
+    finally:
+        for name, value in originals.items():
+            setattr(module, name, value)
 
 
 class PluginModelMixin:

@@ -10,14 +10,13 @@ where its LayerNorms sit (``register_lm_arch_family(..., normalize_before=False)
 model normalises after each residual sum and has no LayerNorm before the output.
 """
 
-import contextlib
 import functools
 
 from fairseq.dataclass.utils import gen_parser_from_dataclass
 from fairseq.models import transformer_lm
 from fairseq.models.transformer_lm import TransformerLanguageModel, TransformerLanguageModelConfig
 
-from fairseq_layernorm_plugins.models.base import PluginModelMixin
+from fairseq_layernorm_plugins.models.base import PluginModelMixin, swapped
 from fairseq_layernorm_plugins.models.family import register_family
 from fairseq_layernorm_plugins.modules.stacks import PluginLanguageModelDecoder
 
@@ -32,19 +31,6 @@ LM_ARCH_SIZES = {
 
 # model name -> its ArchFamily: the language models
 LM_FAMILIES = {}
-
-
-@contextlib.contextmanager
-def decoder_class(factory):
-    """fairseq's ``TransformerLanguageModel.build_model`` builds its decoder as
-    ``transformer_lm.TransformerDecoder(args, dictionary, embed_tokens, no_encoder_attn=True)``
-    and has no hook for another one: for one build, that name is ``factory``."""
-    original = transformer_lm.TransformerDecoder
-    transformer_lm.TransformerDecoder = factory
-    try:
-        yield
-    finally:
-        transformer_lm.TransformerDecoder = original
 
 
 class PluginTransformerLanguageModel(PluginModelMixin, TransformerLanguageModel):
@@ -65,7 +51,10 @@ class PluginTransformerLanguageModel(PluginModelMixin, TransformerLanguageModel)
     @classmethod
     def build_model(cls, args, task):
         args = cls.plugin_args(args)
-        with decoder_class(functools.partial(cls.decoder_cls, layer_cls=cls.decoder_layer_cls)):
+        # fairseq builds its decoder as transformer_lm.TransformerDecoder(args, dictionary, embed_tokens, ...)
+        with swapped(
+            transformer_lm, TransformerDecoder=functools.partial(cls.decoder_cls, layer_cls=cls.decoder_layer_cls)
+        ):
             model = super().build_model(args, task)
         model.args = args  # as fairseq's TransformerModel keeps them
         return model

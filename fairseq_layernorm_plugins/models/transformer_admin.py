@@ -40,6 +40,7 @@ from fairseq_layernorm_plugins.admin_profiling import admin_layers, require_trai
 from fairseq_layernorm_plugins.methods import register_method
 from fairseq_layernorm_plugins.models.base import PluginTransformerModel, register_arch_family
 from fairseq_layernorm_plugins.models.base_lm import PluginTransformerLanguageModel, register_lm_arch_family
+from fairseq_layernorm_plugins.models.base_s2t import PluginS2TTransformerModel, register_s2t_arch_family
 from fairseq_layernorm_plugins.modules import (
     PluginDecoderLayer,
     PluginEncoderLayer,
@@ -149,9 +150,12 @@ class AdminModel:
         profiled one when training starts from it, 1 (plain Post-LN) otherwise."""
         super().upgrade_state_dict_named(state_dict, name)
         prefix = f"{name}." if name else ""
-        for stack, layers in self.admin_layers().items():
-            for i, layer in enumerate(layers):
-                state_dict.setdefault(f"{prefix}{stack}.layers.{i}.omega", layer.omega.detach().clone())
+        names = {
+            id(module): module_name for module_name, module in self.named_modules()
+        }  # a speech encoder's are transformer_layers.i
+        for layers in self.admin_layers().values():
+            for layer in layers:
+                state_dict.setdefault(f"{prefix}{names[id(layer)]}.omega", layer.omega.detach().clone())
 
     def admin_layers(self):
         """{"encoder" | "decoder": every layer of the stack, LayerDrop or not}."""
@@ -173,6 +177,17 @@ class TransformerAdminLanguageModel(AdminModel, PluginTransformerLanguageModel):
     decoder_layer_cls = AdminDecoderLayer
 
 
+@register_model("s2t_transformer_admin")
+class S2TAdminModel(AdminModel, PluginS2TTransformerModel):
+    """Post-LN speech-to-text Transformer with Admin's residual scaling omega."""
+
+    encoder_layer_cls = AdminEncoderLayer
+    decoder_layer_cls = AdminDecoderLayer
+    incompatible_flags = {
+        "admin_profile_mask_padding": "a speech encoder's padding is in its subsampled frames, which profiling does not mask"
+    }
+
+
 def admin_defaults(args):
     """Admin (Liu et al. 2020): Post-LN with profiled residual scaling omega."""
     args.admin_init = getattr(args, "admin_init", "profile")
@@ -185,6 +200,13 @@ def admin_defaults(args):
 
 ARCHS = register_arch_family("transformer_admin", admin_defaults, normalize_before=False)
 LM_ARCHS = register_lm_arch_family("transformer_lm_admin", admin_defaults, normalize_before=False)
+S2T_ARCHS = register_s2t_arch_family("s2t_transformer_admin", admin_defaults, normalize_before=False)
 METHOD = register_method(
-    "admin", "transformer_admin", "Admin", "Liu et al. 2020", order=2, lm_model="transformer_lm_admin"
+    "admin",
+    "transformer_admin",
+    "Admin",
+    "Liu et al. 2020",
+    order=2,
+    lm_model="transformer_lm_admin",
+    s2t_model="s2t_transformer_admin",
 )

@@ -29,6 +29,7 @@ from torch import Tensor
 from fairseq_layernorm_plugins.methods import register_method
 from fairseq_layernorm_plugins.models.base import PluginTransformerModel, register_arch_family
 from fairseq_layernorm_plugins.models.base_lm import PluginTransformerLanguageModel, register_lm_arch_family
+from fairseq_layernorm_plugins.models.base_s2t import PluginS2TTransformerModel, register_s2t_arch_family
 from fairseq_layernorm_plugins.modules import (
     PluginDecoderLayer,
     PluginEncoderLayer,
@@ -121,6 +122,14 @@ class TransformerB2TLanguageModel(B2TModel, PluginTransformerLanguageModel):
     decoder_layer_cls = B2TDecoderLayer
 
 
+@register_model("s2t_transformer_b2t")
+class S2TB2TModel(B2TModel, PluginS2TTransformerModel):
+    """Post-LN speech-to-text Transformer with the bottom-to-top connection."""
+
+    encoder_layer_cls = B2TEncoderLayer
+    decoder_layer_cls = B2TDecoderLayer
+
+
 def b2t_defaults(args):
     """B2T connection (Takase et al. 2023): Post-LN plus the bottom-to-top residual."""
     # the authors' fork (takase/b2t_connection) builds fc1/fc2 as plain nn.Linear and keeps the
@@ -132,4 +141,13 @@ def b2t_defaults(args):
 
 ARCHS = register_arch_family("transformer_b2t", b2t_defaults, normalize_before=False)
 LM_ARCHS = register_lm_arch_family("transformer_lm_b2t", b2t_defaults, normalize_before=False)
-METHOD = register_method("b2t", "transformer_b2t", "B2T", "Takase et al. 2023", order=4, lm_model="transformer_lm_b2t")
+S2T_ARCHS = register_s2t_arch_family("s2t_transformer_b2t", b2t_defaults, normalize_before=False)
+METHOD = register_method(
+    "b2t",
+    "transformer_b2t",
+    "B2T",
+    "Takase et al. 2023",
+    order=4,
+    lm_model="transformer_lm_b2t",
+    s2t_model="s2t_transformer_b2t",
+)

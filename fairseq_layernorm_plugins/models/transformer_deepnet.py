@@ -36,6 +36,7 @@ from fairseq.models import register_model
 from fairseq_layernorm_plugins.methods import register_method
 from fairseq_layernorm_plugins.models.base import PluginTransformerModel, register_arch_family
 from fairseq_layernorm_plugins.models.base_lm import PluginTransformerLanguageModel, register_lm_arch_family
+from fairseq_layernorm_plugins.models.base_s2t import PluginS2TTransformerModel, register_s2t_arch_family
 from fairseq_layernorm_plugins.modules import PluginDecoderLayer, PluginEncoderLayer, attentions
 
 DEEPNET_INITS = ("paper", "torchscale")
@@ -159,6 +160,14 @@ class TransformerDeepNetLanguageModel(DeepNetModel, PluginTransformerLanguageMod
     decoder_layer_cls = DeepNetDecoderLayer
 
 
+@register_model("s2t_transformer_deepnet")
+class S2TDeepNetModel(DeepNetModel, PluginS2TTransformerModel):
+    """Post-LN speech-to-text Transformer with DeepNorm."""
+
+    encoder_layer_cls = DeepNetEncoderLayer
+    decoder_layer_cls = DeepNetDecoderLayer
+
+
 def deepnet_defaults(args):
     """DeepNet (Wang et al. 2022): Post-LN with DeepNorm residuals and initialisation."""
     args.deepnet_init = getattr(args, "deepnet_init", None) or "paper"
@@ -166,6 +175,13 @@ def deepnet_defaults(args):
 
 ARCHS = register_arch_family("transformer_deepnet", deepnet_defaults, normalize_before=False)
 LM_ARCHS = register_lm_arch_family("transformer_lm_deepnet", deepnet_defaults, normalize_before=False)
+S2T_ARCHS = register_s2t_arch_family("s2t_transformer_deepnet", deepnet_defaults, normalize_before=False)
 METHOD = register_method(
-    "deepnet", "transformer_deepnet", "DeepNet", "Wang et al. 2022", order=5, lm_model="transformer_lm_deepnet"
+    "deepnet",
+    "transformer_deepnet",
+    "DeepNet",
+    "Wang et al. 2022",
+    order=5,
+    lm_model="transformer_lm_deepnet",
+    s2t_model="s2t_transformer_deepnet",
 )

@@ -14,6 +14,7 @@ from fairseq.models import register_model
 from fairseq_layernorm_plugins.methods import register_method
 from fairseq_layernorm_plugins.models.base import PluginTransformerModel, register_arch_family
 from fairseq_layernorm_plugins.models.base_lm import PluginTransformerLanguageModel, register_lm_arch_family
+from fairseq_layernorm_plugins.models.base_s2t import PluginS2TTransformerModel, register_s2t_arch_family
 from fairseq_layernorm_plugins.modules import PluginDecoderLayer, PluginEncoderLayer
 from fairseq_layernorm_plugins.modules.norms import (
     LAYER_NORM_NAMES,
@@ -80,6 +81,14 @@ class TransformerDyTLanguageModel(DyTModel, PluginTransformerLanguageModel):
     decoder_layer_cls = DyTDecoderLayer
 
 
+@register_model("s2t_transformer_dyt")
+class S2TDyTModel(DyTModel, PluginS2TTransformerModel):
+    """Speech-to-text Transformer with Dynamic Tanh in place of every LayerNorm."""
+
+    encoder_layer_cls = DyTEncoderLayer
+    decoder_layer_cls = DyTDecoderLayer
+
+
 def dyt_defaults(args):
     """DyT (Zhu et al. 2025): Pre-LN with every LayerNorm a Dynamic Tanh."""
     args.dyt_alpha_init = getattr(args, "dyt_alpha_init", None)
@@ -87,4 +96,13 @@ def dyt_defaults(args):
 
 ARCHS = register_arch_family("transformer_dyt", dyt_defaults, normalize_before=True)
 LM_ARCHS = register_lm_arch_family("transformer_lm_dyt", dyt_defaults, normalize_before=True)
-METHOD = register_method("dyt", "transformer_dyt", "DyT", "Zhu et al. 2025", order=10, lm_model="transformer_lm_dyt")
+S2T_ARCHS = register_s2t_arch_family("s2t_transformer_dyt", dyt_defaults, normalize_before=True)
+METHOD = register_method(
+    "dyt",
+    "transformer_dyt",
+    "DyT",
+    "Zhu et al. 2025",
+    order=10,
+    lm_model="transformer_lm_dyt",
+    s2t_model="s2t_transformer_dyt",
+)

@@ -14,6 +14,7 @@ from fairseq.models import register_model
 from fairseq_layernorm_plugins.methods import register_method
 from fairseq_layernorm_plugins.models.base import PluginTransformerModel, register_arch_family
 from fairseq_layernorm_plugins.models.base_lm import PluginTransformerLanguageModel, register_lm_arch_family
+from fairseq_layernorm_plugins.models.base_s2t import PluginS2TTransformerModel, register_s2t_arch_family
 from fairseq_layernorm_plugins.modules import PluginDecoderLayer, PluginEncoderLayer, stack_layers
 from fairseq_layernorm_plugins.modules.norms import LAYER_NORM_NAMES, ScaledNorm, replace_norms_
 
@@ -56,12 +57,27 @@ class TransformerLNSLanguageModel(PluginTransformerLanguageModel):
     decoder_layer_cls = LNSDecoderLayer
 
 
+@register_model("s2t_transformer_lns")
+class S2TLNSModel(PluginS2TTransformerModel):
+    """Pre-LN speech-to-text Transformer with LayerNorm Scaling."""
+
+    encoder_layer_cls = LNSEncoderLayer
+    decoder_layer_cls = LNSDecoderLayer
+
+
 def lns_defaults(args):
     """LayerNorm Scaling (Sun et al. 2025): Pre-LN, layer l's norms scaled by 1/sqrt(l)."""
 
 
 ARCHS = register_arch_family("transformer_lns", lns_defaults, normalize_before=True)
 LM_ARCHS = register_lm_arch_family("transformer_lm_lns", lns_defaults, normalize_before=True)
+S2T_ARCHS = register_s2t_arch_family("s2t_transformer_lns", lns_defaults, normalize_before=True)
 METHOD = register_method(
-    "lns", "transformer_lns", "LayerNorm Scaling", "Sun et al. 2025", order=8, lm_model="transformer_lm_lns"
+    "lns",
+    "transformer_lns",
+    "LayerNorm Scaling",
+    "Sun et al. 2025",
+    order=8,
+    lm_model="transformer_lm_lns",
+    s2t_model="s2t_transformer_lns",
 )

@@ -25,6 +25,7 @@ from fairseq.models import register_model
 from fairseq_layernorm_plugins.methods import register_method
 from fairseq_layernorm_plugins.models.base import PluginTransformerModel, register_arch_family
 from fairseq_layernorm_plugins.models.base_lm import PluginTransformerLanguageModel, register_lm_arch_family
+from fairseq_layernorm_plugins.models.base_s2t import PluginS2TTransformerModel, register_s2t_arch_family
 from fairseq_layernorm_plugins.modules import PluginDecoderLayer, PluginEncoderLayer, stack_layers
 
 MIXLN_POST_RATIO = 0.25  # Li et al. 2024: alpha = 0.25 (the authors' scripts: 3 of 12, 6 of 24 layers)
@@ -104,6 +105,14 @@ class TransformerMixLNLanguageModel(MixLNModel, PluginTransformerLanguageModel):
     decoder_layer_cls = MixLNDecoderLayer
 
 
+@register_model("s2t_transformer_mixln")
+class S2TMixLNModel(MixLNModel, PluginS2TTransformerModel):
+    """Mix-LN speech-to-text Transformer."""
+
+    encoder_layer_cls = MixLNEncoderLayer
+    decoder_layer_cls = MixLNDecoderLayer
+
+
 def mixln_defaults(args):
     """Mix-LN (Li et al. 2024): Post-LN in the first floor(0.25 L) layers, Pre-LN above."""
     args.mixln_post_layers = getattr(args, "mixln_post_layers", None)
@@ -111,6 +120,13 @@ def mixln_defaults(args):
 
 ARCHS = register_arch_family("transformer_mixln", mixln_defaults, normalize_before=True)
 LM_ARCHS = register_lm_arch_family("transformer_lm_mixln", mixln_defaults, normalize_before=True)
+S2T_ARCHS = register_s2t_arch_family("s2t_transformer_mixln", mixln_defaults, normalize_before=True)
 METHOD = register_method(
-    "mixln", "transformer_mixln", "Mix-LN", "Li et al. 2024", order=7, lm_model="transformer_lm_mixln"
+    "mixln",
+    "transformer_mixln",
+    "Mix-LN",
+    "Li et al. 2024",
+    order=7,
+    lm_model="transformer_lm_mixln",
+    s2t_model="s2t_transformer_mixln",
 )

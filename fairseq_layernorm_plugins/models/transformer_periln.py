@@ -18,6 +18,7 @@ from torch import Tensor, nn
 from fairseq_layernorm_plugins.methods import register_method
 from fairseq_layernorm_plugins.models.base import PluginTransformerModel, register_arch_family
 from fairseq_layernorm_plugins.models.base_lm import PluginTransformerLanguageModel, register_lm_arch_family
+from fairseq_layernorm_plugins.models.base_s2t import PluginS2TTransformerModel, register_s2t_arch_family
 from fairseq_layernorm_plugins.modules import PluginDecoderLayer, PluginEncoderLayer, SublayerResidualMixin
 from fairseq_layernorm_plugins.modules.norms import norm_type_
 
@@ -68,12 +69,27 @@ class TransformerPeriLNLanguageModel(PluginTransformerLanguageModel):
     decoder_layer_cls = PeriLNDecoderLayer
 
 
+@register_model("s2t_transformer_periln")
+class S2TPeriLNModel(PluginS2TTransformerModel):
+    """Peri-LN speech-to-text Transformer."""
+
+    encoder_layer_cls = PeriLNEncoderLayer
+    decoder_layer_cls = PeriLNDecoderLayer
+
+
 def periln_defaults(args):
     """Peri-LN / Sandwich-LN (Kim et al. 2025; Ding et al. 2021): x + LN(f(LN(x)))."""
 
 
 ARCHS = register_arch_family("transformer_periln", periln_defaults, normalize_before=True)
 LM_ARCHS = register_lm_arch_family("transformer_lm_periln", periln_defaults, normalize_before=True)
+S2T_ARCHS = register_s2t_arch_family("s2t_transformer_periln", periln_defaults, normalize_before=True)
 METHOD = register_method(
-    "periln", "transformer_periln", "Peri-LN", "Kim et al. 2025", order=6, lm_model="transformer_lm_periln"
+    "periln",
+    "transformer_periln",
+    "Peri-LN",
+    "Kim et al. 2025",
+    order=6,
+    lm_model="transformer_lm_periln",
+    s2t_model="s2t_transformer_periln",
 )

@@ -16,6 +16,7 @@ from fairseq.models import register_model
 from fairseq_layernorm_plugins.methods import register_method
 from fairseq_layernorm_plugins.models.base import PluginTransformerModel, register_arch_family
 from fairseq_layernorm_plugins.models.base_lm import PluginTransformerLanguageModel, register_lm_arch_family
+from fairseq_layernorm_plugins.models.base_s2t import PluginS2TTransformerModel, register_s2t_arch_family
 
 
 @register_model("transformer_postln")
@@ -28,12 +29,18 @@ class TransformerPostLNLanguageModel(PluginTransformerLanguageModel):
     """Post-LN decoder-only language model, initialised as in the papers."""
 
 
+@register_model("s2t_transformer_postln")
+class S2TPostLNModel(PluginS2TTransformerModel):
+    """Post-LN speech-to-text Transformer, initialised as in the papers."""
+
+
 def postln_defaults(args):
     """Post-LN (Vaswani et al. 2017): LayerNorm after each residual sum."""
 
 
 ARCHS = register_arch_family("transformer_postln", postln_defaults, normalize_before=False)
 LM_ARCHS = register_lm_arch_family("transformer_lm_postln", postln_defaults, normalize_before=False)
+S2T_ARCHS = register_s2t_arch_family("s2t_transformer_postln", postln_defaults, normalize_before=False)
 METHOD = register_method(
     "postln",
     "transformer_postln",
@@ -41,4 +48,5 @@ METHOD = register_method(
     "Vaswani et al. 2017 (the papers' baseline)",
     order=0,
     lm_model="transformer_lm_postln",
+    s2t_model="s2t_transformer_postln",
 )

@@ -13,6 +13,7 @@ from fairseq.models import register_model
 from fairseq_layernorm_plugins.methods import register_method
 from fairseq_layernorm_plugins.models.base import PluginTransformerModel, register_arch_family
 from fairseq_layernorm_plugins.models.base_lm import PluginTransformerLanguageModel, register_lm_arch_family
+from fairseq_layernorm_plugins.models.base_s2t import PluginS2TTransformerModel, register_s2t_arch_family
 
 
 @register_model("transformer_preln")
@@ -26,12 +27,24 @@ class TransformerPreLNLanguageModel(PluginTransformerLanguageModel):
     has none: Baevski and Auli 2019's setting)."""
 
 
+@register_model("s2t_transformer_preln")
+class S2TPreLNModel(PluginS2TTransformerModel):
+    """Pre-LN speech-to-text Transformer (Xiong et al. 2020)."""
+
+
 def preln_defaults(args):
     """Pre-LN (Xiong et al. 2020): LayerNorm before each sub-layer, final LayerNorms."""
 
 
 ARCHS = register_arch_family("transformer_preln", preln_defaults, normalize_before=True)
 LM_ARCHS = register_lm_arch_family("transformer_lm_preln", preln_defaults, normalize_before=True)
+S2T_ARCHS = register_s2t_arch_family("s2t_transformer_preln", preln_defaults, normalize_before=True)
 METHOD = register_method(
-    "preln", "transformer_preln", "Pre-LN", "Xiong et al. 2020", order=1, lm_model="transformer_lm_preln"
+    "preln",
+    "transformer_preln",
+    "Pre-LN",
+    "Xiong et al. 2020",
+    order=1,
+    lm_model="transformer_lm_preln",
+    s2t_model="s2t_transformer_preln",
 )

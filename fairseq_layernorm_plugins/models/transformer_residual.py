@@ -27,6 +27,7 @@ from torch import Tensor, nn
 from fairseq_layernorm_plugins.methods import register_method
 from fairseq_layernorm_plugins.models.base import PluginTransformerModel, register_arch_family
 from fairseq_layernorm_plugins.models.base_lm import PluginTransformerLanguageModel, register_lm_arch_family
+from fairseq_layernorm_plugins.models.base_s2t import PluginS2TTransformerModel, register_s2t_arch_family
 from fairseq_layernorm_plugins.modules import (
     PluginDecoderLayer,
     PluginEncoderLayer,
@@ -153,6 +154,14 @@ class TransformerResiDualLanguageModel(ResiDualModel, PluginTransformerLanguageM
     decoder_layer_cls = ResiDualDecoderLayer
 
 
+@register_model("s2t_transformer_residual")
+class S2TResiDualModel(ResiDualModel, PluginS2TTransformerModel):
+    """ResiDual speech-to-text Transformer."""
+
+    encoder_layer_cls = ResiDualEncoderLayer
+    decoder_layer_cls = ResiDualDecoderLayer
+
+
 def residual_defaults(args):
     """ResiDual (Xie et al. 2023): a Post-LN stream plus LN of the sum of every branch output."""
     # the authors' plugin runs on fairseq 0.12.2's own layers (microsoft/ResiDual environment.yaml):
@@ -164,6 +173,13 @@ def residual_defaults(args):
 
 ARCHS = register_arch_family("transformer_residual", residual_defaults, normalize_before=False)
 LM_ARCHS = register_lm_arch_family("transformer_lm_residual", residual_defaults, normalize_before=False)
+S2T_ARCHS = register_s2t_arch_family("s2t_transformer_residual", residual_defaults, normalize_before=False)
 METHOD = register_method(
-    "residual", "transformer_residual", "ResiDual", "Xie et al. 2023", order=11, lm_model="transformer_lm_residual"
+    "residual",
+    "transformer_residual",
+    "ResiDual",
+    "Xie et al. 2023",
+    order=11,
+    lm_model="transformer_lm_residual",
+    s2t_model="s2t_transformer_residual",
 )

@@ -16,6 +16,7 @@ from torch import Tensor, nn
 from fairseq_layernorm_plugins.methods import register_method
 from fairseq_layernorm_plugins.models.base import PluginTransformerModel, register_arch_family
 from fairseq_layernorm_plugins.models.base_lm import PluginTransformerLanguageModel, register_lm_arch_family
+from fairseq_layernorm_plugins.models.base_s2t import PluginS2TTransformerModel, register_s2t_arch_family
 from fairseq_layernorm_plugins.modules import PluginDecoderLayer, PluginEncoderLayer, remove_layer_norms
 
 
@@ -62,6 +63,15 @@ class TransformerReZeroLanguageModel(PluginTransformerLanguageModel):
     incompatible_flags = NO_NORM
 
 
+@register_model("s2t_transformer_rezero")
+class S2TReZeroModel(PluginS2TTransformerModel):
+    """Normalisation-free speech-to-text Transformer with ReZero residuals."""
+
+    encoder_layer_cls = ReZeroEncoderLayer
+    decoder_layer_cls = ReZeroDecoderLayer
+    incompatible_flags = NO_NORM
+
+
 def rezero_defaults(args):
     """ReZero (Bachlechner et al. 2020): x + alpha f(x), alpha = 0 at first, no LayerNorm."""
     args.layernorm_embedding = getattr(args, "layernorm_embedding", False)
@@ -69,6 +79,13 @@ def rezero_defaults(args):
 
 ARCHS = register_arch_family("transformer_rezero", rezero_defaults, normalize_before=False)
 LM_ARCHS = register_lm_arch_family("transformer_lm_rezero", rezero_defaults, normalize_before=False)
+S2T_ARCHS = register_s2t_arch_family("s2t_transformer_rezero", rezero_defaults, normalize_before=False)
 METHOD = register_method(
-    "rezero", "transformer_rezero", "ReZero", "Bachlechner et al. 2020", order=9, lm_model="transformer_lm_rezero"
+    "rezero",
+    "transformer_rezero",
+    "ReZero",
+    "Bachlechner et al. 2020",
+    order=9,
+    lm_model="transformer_lm_rezero",
+    s2t_model="s2t_transformer_rezero",
 )

@@ -35,6 +35,7 @@ from torch import Tensor, nn
 from fairseq_layernorm_plugins.methods import register_method
 from fairseq_layernorm_plugins.models.base import PluginTransformerModel, register_arch_family
 from fairseq_layernorm_plugins.models.base_lm import PluginTransformerLanguageModel, register_lm_arch_family
+from fairseq_layernorm_plugins.models.base_s2t import PluginS2TTransformerModel, register_s2t_arch_family
 from fairseq_layernorm_plugins.modules import PluginDecoderLayer, PluginEncoderLayer
 from fairseq_layernorm_plugins.modules.norms import norm_type_
 
@@ -152,6 +153,14 @@ class TransformerSubLNLanguageModel(SubLNModel, PluginTransformerLanguageModel):
     decoder_layer_cls = SubLNDecoderLayer
 
 
+@register_model("s2t_transformer_subln")
+class S2TSubLNModel(SubLNModel, PluginS2TTransformerModel):
+    """Sub-LN / Magneto speech-to-text Transformer."""
+
+    encoder_layer_cls = SubLNEncoderLayer
+    decoder_layer_cls = SubLNDecoderLayer
+
+
 def subln_defaults(args):
     """Sub-LN / Magneto (Wang et al. 2022): Pre-LN plus a LayerNorm before each output projection."""
     args.subln_init = getattr(args, "subln_init", None) or "torchscale"
@@ -159,6 +168,7 @@ def subln_defaults(args):
 
 ARCHS = register_arch_family("transformer_subln", subln_defaults, normalize_before=True)
 LM_ARCHS = register_lm_arch_family("transformer_lm_subln", subln_defaults, normalize_before=True)
+S2T_ARCHS = register_s2t_arch_family("s2t_transformer_subln", subln_defaults, normalize_before=True)
 METHOD = register_method(
     "subln",
     "transformer_subln",
@@ -166,4 +176,5 @@ METHOD = register_method(
     "Wang et al. 2022 (Magneto)",
     order=14,
     lm_model="transformer_lm_subln",
+    s2t_model="s2t_transformer_subln",
 )

@@ -54,6 +54,14 @@ def wrap_layer(layer, cfg):
     return fsdp_wrap(layer, min_num_params=0 if checkpoint else cfg.min_params_to_wrap)
 
 
+def build_layer(layer_cls, cfg, stock_cls, stack, **kwargs):
+    """One layer of ``layer_cls`` for ``stack``, its dropout modules named as ``stock_cls``'s
+    (the fairseq layer it stands in for), wrapped as fairseq wraps its own."""
+    layer = layer_cls(cfg, stack=stack, **kwargs)
+    name_dropout_modules(layer, stock_cls.__name__, type(layer).__name__)
+    return wrap_layer(layer, cfg)
+
+
 class PluginTransformerEncoder(TransformerEncoderBase):
     """fairseq's encoder with ``cfg.encoder.layers`` layers of class :attr:`layer_cls`.
 
@@ -71,9 +79,9 @@ class PluginTransformerEncoder(TransformerEncoderBase):
         self.layer_cls.init_stack_(self, cfg, Stack.of(cfg, "encoder"))
 
     def build_encoder_layer(self, cfg):
-        layer = self.layer_cls(cfg, return_fc=self.return_fc, stack=Stack.of(cfg, "encoder"))
-        name_dropout_modules(layer, TransformerEncoderLayerBase.__name__, type(layer).__name__)
-        return wrap_layer(layer, cfg)
+        return build_layer(
+            self.layer_cls, cfg, TransformerEncoderLayerBase, Stack.of(cfg, "encoder"), return_fc=self.return_fc
+        )
 
 
 class PluginTransformerDecoder(TransformerDecoderBase):
@@ -95,9 +103,8 @@ class PluginTransformerDecoder(TransformerDecoderBase):
         self.layer_cls.init_stack_(self, cfg, Stack.of(cfg, self.stack_kind))
 
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
-        layer = self.layer_cls(cfg, no_encoder_attn=no_encoder_attn, stack=Stack.of(cfg, self.stack_kind))
-        name_dropout_modules(layer, TransformerDecoderLayerBase.__name__, type(layer).__name__)
-        return wrap_layer(layer, cfg)
+        stack = Stack.of(cfg, self.stack_kind)
+        return build_layer(self.layer_cls, cfg, TransformerDecoderLayerBase, stack, no_encoder_attn=no_encoder_attn)
 
 
 class PluginLanguageModelDecoder(PluginTransformerDecoder):
