@@ -22,11 +22,12 @@ def parsed(launch, data_bin):
 
 
 @pytest.mark.parametrize("name, depth", ALL, ids=[f"{n}@{d}" for n, d in ALL])
-def test_every_recipe_is_a_valid_fairseq_command_meaning_the_recipe(name, depth, tiny_data_bin, lm_data_bin):
+def test_every_recipe_is_a_valid_fairseq_command_meaning_the_recipe(name, depth, request):
     recipe = load_recipe(name).with_depth(depth)
     groups = recipe.fairseq
     language_model = groups["task"]["_name"] == "language_modeling"
-    data_bin = lm_data_bin if language_model else tiny_data_bin
+    data = {"language_modeling": "lm_data_bin", "speech_to_text": "speech_data"}.get(groups["task"]["_name"])
+    data_bin = request.getfixturevalue(data or "tiny_data_bin")
     launch = Launch(recipe, str(data_bin), "/tmp/unused", gpus=4)
     args = parsed(launch, data_bin)
     assert args.arch == groups["model"]["_name"] and args.optimizer == groups["optimizer"]["_name"]

@@ -2,8 +2,8 @@
 
 A table is one recipe directory (``iwslt14``, ``wmt14/admin``, ``wikitext103``, ...): rows are
 its recipes (methods), columns its depths (a language model's: depth and subset, valid and
-test; a headline table's: depth and R-1, R-2, R-L); each cell is our BLEU, perplexity or
-ROUGE (mean +- std over seeds) beside the paper's reported number and the difference, using
+test; a headline table's: depth and R-1, R-2, R-L; a speech table's: depth and LibriSpeech
+set); each cell is our BLEU, perplexity, ROUGE or WER (mean +- std over seeds) beside the paper's reported number and the difference, using
 the metric the paper reports (``paper.compare`` in the recipe). Written as Markdown and CSV.
 Plots: per run the training and validation loss (and validation BLEU, with ``--eval-bleu``)
 per epoch, read from fairseq's ``--log-format json`` logs (``curves.py``).
@@ -74,25 +74,28 @@ class Row(NamedTuple):
 
 
 ROUGE_COLUMNS = {"R-1": "rouge1", "R-2": "rouge2", "R-L": "rougeL"}
-SUBSET_ORDER = {"valid": 0, "test": 1, **{column: 2 + i for i, column in enumerate(ROUGE_COLUMNS)}}
+WER_SUBSETS = ("dev-clean", "dev-other", "test-clean", "test-other")  # runs/wer.py
+SUBSET_ORDER = {name: i for i, name in enumerate(("valid", "test", *ROUGE_COLUMNS, *WER_SUBSETS))}
 
 
 def result_scores(result):
     """{column suffix: (our score, its label, the paper's number)} of one results.json: a
     translation run's BLEU in the paper's ``compare`` metric (suffix ""), a language model's
-    perplexity on each of valid and test (suffixes " valid", " test"), a headline run's
-    rouge-score F1 ROUGE-1, -2 and -L (" R-1", " R-2", " R-L")."""
+    perplexity on each of valid and test (suffixes " valid", " test"), a speech model's WER on
+    each LibriSpeech set (" dev-clean", ...), a headline run's rouge-score F1 ROUGE-1, -2 and -L
+    (" R-1", " R-2", " R-L")."""
     paper = result.get("paper") or {}
-    if "perplexity" in result:  # runs/perplexity.py
-        reported = (paper.get("perplexity") or {}).get(result["depth"])
-        return {
-            f" {subset}": (
-                value["score"],
-                value["label"],
-                reported.get(subset) if isinstance(reported, dict) else reported,
-            )
-            for subset, value in result["perplexity"].items()
-        }
+    for metric in ("perplexity", "wer"):  # runs/perplexity.py, runs/wer.py: one score per subset
+        if metric in result:
+            reported = (paper.get(metric) or {}).get(result["depth"])
+            return {
+                f" {subset}": (
+                    value["score"],
+                    value["label"],
+                    reported.get(subset) if isinstance(reported, dict) else reported,
+                )
+                for subset, value in result[metric].items()
+            }
     if "rouge" in result:  # a headline run: R-1, R-2 and R-L beside the paper's triple
         value = result["rouge"]["rouge"]
         reported = (paper.get("rouge") or {}).get(result["depth"])

@@ -240,7 +240,7 @@ class Recipe:
         """The paper's reported number at this recipe's depth as one line ("paper (SOURCE; METRIC):
         38.43 / 19.37 / 35.72"), or None where the recipe carries none."""
         paper = self.data.get("paper") or {}
-        for key in ("rouge", "bleu", "perplexity"):
+        for key in ("rouge", "bleu", "perplexity", "wer"):
             value = (paper.get(key) or {}).get(self.data.get("depth"))
             if value is not None:
                 break
@@ -249,7 +249,7 @@ class Recipe:
 
         if isinstance(value, list):  # ROUGE-1, -2, -L
             value = " / ".join(map(paper_number, value))
-        elif isinstance(value, dict):  # perplexity per subset
+        elif isinstance(value, dict):  # perplexity or WER per subset
             value = ", ".join(f"{subset} {paper_number(v)}" for subset, v in value.items())
         else:
             value = paper_number(value)

@@ -1,6 +1,7 @@
 """Evaluate a run: average its last N checkpoints, translate the test set with the
 recipe's decoding settings, and score it three ways, each labelled as what it is (a language
-model's run is scored by its perplexity instead: ``perplexity.py``):
+model's run is scored by its perplexity instead: ``perplexity.py``; a speech-recognition run by
+its WER: ``wer.py``):
 
 * ``sacrebleu``: detokenised SacreBLEU against the untokenised references, with its
   signature (the headline for WMT14; lowercased for IWSLT14, whose data is lowercased);
@@ -61,6 +62,7 @@ from fairseq_layernorm_plugins.runs.checkpoints import (
 from fairseq_layernorm_plugins.runs.launch import BIN, PLUGIN_DIR, run_logged, run_save_dir
 from fairseq_layernorm_plugins.runs.perplexity import evaluate_lm
 from fairseq_layernorm_plugins.runs.rouge import describe, rouge_metrics
+from fairseq_layernorm_plugins.runs.wer import evaluate_asr
 
 _COMPOUND = re.compile(r"(\S)-(\S)")
 
@@ -145,6 +147,10 @@ def evaluate(
         if out_dir is not None:
             raise ValueError(f"{run_dir}: a language model's results are written beside it, not to {out_dir}")
         return evaluate_lm(run_dir, run, average_last, cpu, echo)
+    if run.get("task") == "speech_to_text":  # WER on LibriSpeech's four sets
+        if out_dir is not None:
+            raise ValueError(f"{run_dir}: a speech model's results are written beside it, not to {out_dir}")
+        return evaluate_asr(run_dir, run, average_last, max(max_tokens, 50000), cpu, echo)
     save_dir = run_save_dir(run_dir, run)  # this folder's checkpoints, wherever the run was trained
     out_dir = Path(out_dir or run_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

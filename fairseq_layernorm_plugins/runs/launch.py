@@ -55,11 +55,17 @@ def data_bin(data, recipe, root):
 def check_data_bin(data, recipe):
     """Raise ValueError (naming the folder) unless ``data`` is a fairseq data-bin ``recipe`` can
     train on: a folder with the dictionaries its task reads (dict.<lang>.txt for each side of a
-    translation, dict.txt for a language model). Checked before a run writes anything."""
+    translation, dict.txt for a language model; config.yaml for speech). Checked before a run
+    writes anything."""
     data = Path(str(data).split(":")[0])  # fairseq's DATA may list shards: a:b:c
     if not data.is_dir():
         raise ValueError(f"{data}: no such data directory")
     task = recipe.fairseq.get("task") or {}
+    if task.get("_name") == "speech_to_text":  # fairseq-ln-prepare librispeech's folder
+        config = task.get("config_yaml", "config.yaml")
+        if not (data / config).is_file():
+            raise ValueError(f"{data}: not a fairseq speech_to_text folder (no {config}: fairseq-ln-prepare librispeech)")
+        return data
     if task.get("_name") == "language_modeling":
         needed = ["dict.txt"]
     else:
