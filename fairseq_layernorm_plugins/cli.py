@@ -225,7 +225,9 @@ scores the checkpoints the recipe's protocol names (the last N averaged, --avera
 to --checkpoint-upper-bound; a best window; a per-epoch curve: runs/evaluate.py),
 runs fairseq-generate with the recipe's beam and length penalty, detokenises, and writes
 results.json with SacreBLEU (and its signature), tokenized and compound-split BLEU; a headline
-recipe (gigaword/*) gets F1 ROUGE-1/2/L instead, a language model its perplexity.
+recipe (gigaword/*) gets F1 ROUGE-1/2/L instead, a language model its perplexity, a speech
+recipe (librispeech/*) fairseq's WER on each of LibriSpeech's dev/test clean/other sets (or on
+the sets --subset names).
 """
 
 
@@ -246,7 +248,10 @@ def evaluate(argv=None):
         help="average the last N checkpoints up to epoch (update) E, as fairseq's average_checkpoints.py "
         "(default: the recipe's checkpoint_upper_bound, else the newest)",
     )
-    parser.add_argument("--subset", default="test", help="default: test")
+    parser.add_argument(
+        "--subset",
+        help="the split to score (default: test); a speech run: comma-separated sets (default: the recipe's)",
+    )
     parser.add_argument("--max-tokens", type=int, default=8000)
     args = parser.parse_args(argv)
     for path in args.run_dirs:

@@ -77,7 +77,7 @@ def test_a_dry_run_prints_table_4_beside_the_command(capsys):
     assert capsys.readouterr().out.splitlines()[1].endswith(": failed")
 
 
-def test_speech_end_to_end_train_evaluate_table(speech_data, tmp_path):
+def test_speech_end_to_end_train_evaluate_table(speech_data, tmp_path, capsys):
     """The path a user takes on prepared LibriSpeech-layout data: fairseq-ln-train librispeech/b2t
     (6L-6L narrowed for a few updates), fairseq-ln-evaluate (fairseq-generate --scoring wer on the
     four sets), fairseq-ln-table. Each set's WER is recomputed here from the hypotheses it wrote
@@ -122,3 +122,11 @@ def test_speech_end_to_end_train_evaluate_table(speech_data, tmp_path):
         for s, p in zip(SETS, paper)
     ]
     assert line == "| b2t | " + " | ".join(cells) + " |"
+
+    from fairseq_layernorm_plugins import cli  # the sets a stand-in corpus has: --subset
+
+    cli.evaluate([str(run), "--subset", "test-clean"])
+    assert list(json.loads((run / "results.json").read_text())["wer"]) == ["test-clean"]
+    with pytest.raises(SystemExit):
+        cli.evaluate([str(run), "--subset", "test-clean,train-other-500"])
+    assert "no train-other-500.tsv (prepared without them; --subset)" in capsys.readouterr().err

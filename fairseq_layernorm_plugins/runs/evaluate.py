@@ -128,7 +128,7 @@ def evaluate(
     run_dir,
     average_last=None,
     kind="epoch",
-    subset="test",
+    subset=None,
     max_tokens=8000,
     cpu=None,
     echo=print,
@@ -138,7 +138,9 @@ def evaluate(
     """Evaluate the run in ``run_dir`` (its run.json) by its recipe's protocol (module
     docstring; ``average_last`` / ``upper_bound`` override the recipe's); returns and writes
     results.json, beside the run or in ``out_dir`` (with the hypotheses, the generate logs and
-    an averaged checkpoint), so that a second protocol leaves the first one's files alone."""
+    an averaged checkpoint), so that a second protocol leaves the first one's files alone.
+    ``subset``: the split to score (default test); a speech run's comma-separated sets (default:
+    the recipe's ``generate.subsets``)."""
     run_dir = Path(run_dir)
     if not (run_dir / "run.json").is_file():
         raise ValueError("no run.json here (not a run directory: fairseq-ln-train writes them)")
@@ -150,7 +152,9 @@ def evaluate(
     if run.get("task") == "speech_to_text":  # WER on LibriSpeech's four sets
         if out_dir is not None:
             raise ValueError(f"{run_dir}: a speech model's results are written beside it, not to {out_dir}")
-        return evaluate_asr(run_dir, run, average_last, max(max_tokens, 50000), cpu, echo)
+        subsets = subset.split(",") if subset else None
+        return evaluate_asr(run_dir, run, average_last, max(max_tokens, 50000), cpu, echo, subsets)
+    subset = subset or "test"
     save_dir = run_save_dir(run_dir, run)  # this folder's checkpoints, wherever the run was trained
     out_dir = Path(out_dir or run_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -86,9 +86,10 @@ def tsv_rows(path):
         return sum(1 for line in f if line.strip()) - 1
 
 
-def evaluate_asr(run_dir, run, average_last=None, max_tokens=50000, cpu=None, echo=print):
+def evaluate_asr(run_dir, run, average_last=None, max_tokens=50000, cpu=None, echo=print, subsets=None):
     """Evaluate the speech-recognition run in ``run_dir`` (its run.json: ``run``) by its recipe's
-    protocol; returns and writes results.json."""
+    protocol on ``subsets`` (default: the recipe's ``generate.subsets``, else :data:`SUBSETS`);
+    returns and writes results.json."""
     run_dir = Path(run_dir)
     save_dir = run_save_dir(run_dir, run)
     gen = run.get("generate", {})
@@ -100,7 +101,10 @@ def evaluate_asr(run_dir, run, average_last=None, max_tokens=50000, cpu=None, ec
         protocol = f"average of the last {len(checkpoints)} epoch checkpoints"
     averaged = run_dir / f"checkpoint_avg{len(checkpoints)}.pt"
     checkpoint = checkpoints[0] if len(checkpoints) == 1 else average_checkpoints(checkpoints, averaged)
-    subsets = gen.get("subsets", SUBSETS)
+    subsets = subsets or gen.get("subsets", SUBSETS)
+    missing = [name for name in subsets if not (Path(run["data"]) / f"{name}.tsv").is_file()]
+    if missing:
+        raise ValueError(f"{run['data']}: no {', '.join(f'{name}.tsv' for name in missing)} (prepared without them; --subset)")
     scores = {subset: score_wer(run, run_dir, checkpoint, subset, max_tokens, cpu) for subset in subsets}
     result = {
         "recipe": run["recipe"],
