@@ -178,3 +178,21 @@ def test_fairseqs_own_s2t_transformer_decodes_every_utterance_under_the_plugin(s
     test_utterances = len((speech_data / f"{TEST}.tsv").read_text().splitlines()) - 1
     decoded = decode(speech_data, save / "checkpoint_last.pt", "--required-batch-size-multiple", "8")
     assert len(generated(decoded, "H")) == test_utterances
+
+
+def test_usage_speech_commands_run_as_written(speech_data, tmp_path):
+    """docs/usage.md's speech block, fairseq-train then fairseq-generate --scoring wer, as pasted
+    but for the data (the fixture's one training set) and a tiny model for 2 updates."""
+    from test_cli_e2e import DOC_TINY, run_usage_block, usage_block
+
+    block = usage_block("## Speech recognition")
+    replacements = {
+        "fairseq-ln-prepare librispeech": ":",
+        "data/librispeech": speech_data,
+        "train-clean-100,train-clean-360,train-other-500": TRAIN,
+        "dev-clean,dev-other": VALID,
+    }
+    out = run_usage_block(block, replacements, DOC_TINY["fairseq-train"] + " --conv-channels 32 --cpu", tmp_path)
+    assert "done training" in out and "s2t_transformer_b2t_m" in out
+    test_utterances = len((speech_data / "test-other.tsv").read_text().splitlines()) - 1
+    assert len(generated(out, "H")) == test_utterances and "WER:" in out
