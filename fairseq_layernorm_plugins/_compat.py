@@ -48,7 +48,8 @@ makes to fairseq's own behaviour, each named:
   averaged, as sox's ``channels 1``), the filter banks are kaldi-native-fbank's
   (``prepare/fbank.py``, the same features as torchaudio's Kaldi fbank), and a resampling or
   volume normalisation fairseq asks for is refused in one line. Applied on import; it changes
-  only what would fail.
+  only what would fail (no torchaudio with sox effects exists for the torch this package
+  pins).
 * ``keep_last_batch`` (fairseq 0.12.3 / main, so fairseq-fixed): ``batch_by_size`` drops
   the last batch of every split (up to 7 sentences). Applied on import, so it holds for
   every model run with ``--user-dir fairseq_layernorm_plugins``, fairseq's own archs
@@ -355,8 +356,10 @@ def audio_without_torchaudio():
 
         return fbank(waveform.squeeze(0) / 2**15, sample_rate, num_bins=n_bins)
 
+    from fairseq.models.speech_to_text import hub_interface  # bound convert_waveform at its import
+
     convert_waveform._without_torchaudio = True
-    audio_utils.convert_waveform = convert_waveform
+    audio_utils.convert_waveform = hub_interface.convert_wav = convert_waveform
     audio_utils._get_torchaudio_fbank = torchaudio_fbank
 
 

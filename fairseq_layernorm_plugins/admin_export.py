@@ -113,6 +113,8 @@ def export_checkpoint(admin_path, out_path):
     model_args = ckpt["cfg"]["model"]
     if not any(k.endswith(".omega") for k in ckpt["model"]):
         raise ValueError(f"{admin_path}: not an Admin checkpoint (no omega parameters)")
+    if str(getattr(model_args, "arch", "")).startswith("s2t_"):
+        raise ValueError(f"{admin_path}: a speech model; the export writes fairseq's text transformer only")
     if getattr(model_args, "encoder_normalize_before", False) or getattr(model_args, "decoder_normalize_before", False):
         raise ValueError(f"{admin_path}: Admin is Post-LN; this checkpoint is not")
     state, args = fold_admin_state_dict(ckpt["model"], model_args)

@@ -252,7 +252,9 @@ def evaluate(argv=None):
         "--subset",
         help="the split to score (default: test); a speech run: comma-separated sets (default: the recipe's)",
     )
-    parser.add_argument("--max-tokens", type=int, default=8000)
+    parser.add_argument(
+        "--max-tokens", type=int, help="per decoding batch (default: 8000 tokens; speech: 50000 frames)"
+    )
     args = parser.parse_args(argv)
     for path in args.run_dirs:
         try:

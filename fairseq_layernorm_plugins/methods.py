@@ -38,7 +38,7 @@ class Method:
             raise ValueError(f"method {self.name!r} registers no language model")
         return self.lm_model + size
 
-    def s2t_arch(self, size="_m"):
+    def s2t_arch(self, size=""):
         """The speech-to-text architecture of size ``size`` (a suffix of
         ``models.base_s2t.S2T_ARCH_SIZES``); ValueError saying why a method has none."""
         if self.s2t_model is None:

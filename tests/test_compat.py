@@ -326,6 +326,8 @@ def test_fairseq_reads_raw_audio_without_torchaudio(speech_data, tmp_path):
     from fairseq.data.audio import audio_utils
     from helpers.librispeech_fixture import utterances
 
+    from fairseq_layernorm_plugins.prepare.fbank import fbank
+
     utterance = utterances()[0]
     flac = tmp_path / f"{utterance.id}.flac"
     samples, rate = soundfile.read(utterance.wav, dtype="int16")
@@ -334,8 +336,11 @@ def test_fairseq_reads_raw_audio_without_torchaudio(speech_data, tmp_path):
     audio = next(row[1] for row in rows if row[0] == utterance.id)  # fbank80.zip:OFFSET:LENGTH
     prepared = audio_utils.get_features_or_waveform(str(speech_data / audio))
     np.testing.assert_array_equal(audio_utils.get_features_or_waveform(str(flac)), prepared)
-    stereo = tmp_path / "stereo.wav"
-    soundfile.write(stereo, np.stack([samples, samples], axis=1), rate, subtype="PCM_16")
-    np.testing.assert_array_equal(audio_utils.get_features_or_waveform(str(stereo)), prepared)  # channels averaged
+    stereo = tmp_path / "stereo.wav"  # sox's "channels 1": the channels' mean
+    soundfile.write(stereo, np.stack([samples, np.zeros_like(samples)], axis=1), rate, subtype="PCM_16")
+    mono, _ = soundfile.read(utterance.wav, dtype="float32")
+    np.testing.assert_allclose(audio_utils.get_features_or_waveform(str(stereo)), fbank(mono / 2, rate), atol=1e-4)
     with pytest.raises(RuntimeError, match="resampling 16000 Hz to 8000 Hz"):
         audio_utils.get_waveform(str(flac), output_sample_rate=8000)
+    with pytest.raises(RuntimeError, match="volume normalisation"):
+        audio_utils.get_waveform(str(flac), normalize_volume=True)

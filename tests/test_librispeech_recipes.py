@@ -130,3 +130,29 @@ def test_speech_end_to_end_train_evaluate_table(speech_data, tmp_path, capsys):
     with pytest.raises(SystemExit):
         cli.evaluate([str(run), "--subset", "test-clean,train-other-500"])
     assert "no train-other-500.tsv (prepared without them; --subset)" in capsys.readouterr().err
+
+
+def generate_log(tmp_path, lines, wer):
+    log = tmp_path / "generate.log"
+    log.write_text("\n".join([*lines, f"Generate test-clean with beam=5: WER: {wer:.2f}"]) + "\n")
+    return log
+
+
+def test_decoded_lines_are_read_in_utterance_order_and_recounted(tmp_path):
+    """runs/wer.py on fairseq-generate's lines as it writes them (batches out of order): the
+    hypotheses in utterance order; fairseq's WER must be the errors over the reference words."""
+    from fairseq_layernorm_plugins.runs.wer import read_decoded
+
+    lines = ["T-1\tthe cat sat", "H-1\t-0.5\t▁the ▁cat ▁sat", "D-1\t-0.5\tthe cat sat"]
+    lines += ["T-0\ta b c d", "H-0\t-0.7\t▁a ▁b", "D-0\t-0.7\ta b x d e"]  # 1 substitution, 1 insertion
+    hypotheses, wer, errors, words = read_decoded(generate_log(tmp_path, lines, 200 / 7), 2)
+    assert hypotheses == ["a b x d e", "the cat sat"] and (errors, words) == (2, 7) and wer == 28.57
+    with pytest.raises(ValueError, match="is not 2 errors / 7 words"):
+        read_decoded(generate_log(tmp_path, lines, 200 / 7 + 0.02), 2)
+    with pytest.raises(ValueError, match="1 hypotheses for the 2 utterances"):
+        read_decoded(generate_log(tmp_path, lines[:2] + lines[3:], 200 / 7), 2)
+    with pytest.raises(ValueError, match="2 hypotheses for the 3 utterances"):
+        read_decoded(generate_log(tmp_path, lines, 200 / 7), 3)
+    (tmp_path / "generate.log").write_text("\n".join(lines))
+    with pytest.raises(ValueError, match="no 'WER:' line"):
+        read_decoded(tmp_path / "generate.log", 2)

@@ -293,6 +293,26 @@ def test_a_rerun_does_nothing_force_redoes_and_a_moved_folder_gets_its_config(co
     assert (moved / "fbank80.zip").read_bytes() == features
 
 
+def test_a_recording_changed_after_preparing_is_prepared_again(corpus, tmp_path):
+    """The stamp of a --source preparation covers every recording: a FLAC rewritten since makes
+    the rerun compute its features again (with the work kept, only that split's)."""
+    import shutil
+
+    import soundfile
+
+    source = tmp_path / "LibriSpeech"
+    shutil.copytree(corpus, source)
+    out = tmp_path / "ls"
+    prepare_ok(*source_args(source, out, "--workers", 1, "--keep-work"))
+    flac = next((source / "test-clean").rglob("*.flac"))
+    samples, rate = soundfile.read(flac, dtype="int16")
+    soundfile.write(flac, samples[: len(samples) // 2], rate, format="FLAC", subtype="PCM_16")
+    _, err = prepare_ok(*source_args(source, out, "--workers", 1, "--keep-work"))
+    assert "nothing to do" not in err and "fbank80.test-clean: done" in err and "fbank80.dev-clean: done" not in err
+    rows = {row["id"]: row for row in read_manifest(out / "test-clean.tsv")[1]}
+    assert int(rows[flac.stem]["n_frames"]) == 1 + (len(samples) // 2 - 400) // 160
+
+
 def test_an_out_holding_other_files_is_refused(corpus, tmp_path):
     mine = tmp_path / "mine"
     (mine / "sub").mkdir(parents=True)

@@ -43,7 +43,7 @@ def test_every_method_but_the_refused_registers_a_speech_model_of_every_size():
     assert {m.name for m in METHODS.values() if m.s2t_model is None} == set(NOT_FOR_SPEECH)
     for family in FAMILIES:
         assert {family + size for size in S2T_ARCH_SIZES} <= set(S2T_ARCHS)
-    assert METHODS["b2t"].s2t_arch() == "s2t_transformer_b2t_m"
+    assert METHODS["b2t"].s2t_arch("_m") == "s2t_transformer_b2t_m" and METHODS["preln"].s2t_arch() in S2T_ARCHS
     for name, why in NOT_FOR_SPEECH.items():
         with pytest.raises(ValueError, match=re.escape(f"method {name!r} has no speech-to-text model: {why}")):
             METHODS[name].s2t_arch()
@@ -71,12 +71,22 @@ def test_where_the_layer_norms_sit(speech_data, family):
         assert (model.decoder.layer_norm is None) is post_ln
 
 
-def test_preln_with_fairseqs_initialisation_is_fairseqs_s2t_transformer(speech_data):
-    """``--init-style fairseq`` Pre-LN is stock ``s2t_transformer_s``: the same modules, the
-    same parameters from the same seed, the same output."""
-    ours, task, _ = build_s2t(speech_data, "s2t_transformer_preln_s", "--init-style", "fairseq", seed=3)
-    stock, _, _ = build_s2t(speech_data, "s2t_transformer_s", seed=3)
+def dropout_names(model):
+    from fairseq.modules import FairseqDropout
+
+    return [(name, m.module_name) for name, m in model.named_modules() if isinstance(m, FairseqDropout)]
+
+
+@pytest.mark.parametrize("flags", [[], ["--criterion", "label_smoothed_cross_entropy_with_ctc", "--ctc-weight", "0.3"]])
+def test_preln_is_fairseqs_s2t_transformer(speech_data, flags):
+    """Pre-LN (fairseq's initialisation by default for speech) is stock ``s2t_transformer_s``: the
+    same modules and dropout names, the same parameters from the same seed (a CTC projection
+    included), the same output."""
+    ours, task, args = build_s2t(speech_data, "s2t_transformer_preln_s", *flags, seed=3)
+    stock, _, _ = build_s2t(speech_data, "s2t_transformer_s", *flags, seed=3)
+    assert args.init_style == "fairseq" and (ours.encoder.ctc_proj is not None) is bool(flags)
     assert [name for name, _ in ours.named_modules()] == [name for name, _ in stock.named_modules()]
+    assert dropout_names(ours) == dropout_names(stock)  # --retain-dropout-modules takes stock names
     theirs = stock.state_dict()
     assert ours.state_dict().keys() == theirs.keys()
     for key, value in ours.state_dict().items():

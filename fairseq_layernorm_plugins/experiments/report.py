@@ -3,8 +3,8 @@
 A table is one recipe directory (``iwslt14``, ``wmt14/admin``, ``wikitext103``, ...): rows are
 its recipes (methods), columns its depths (a language model's: depth and subset, valid and
 test; a headline table's: depth and R-1, R-2, R-L; a speech table's: depth and LibriSpeech
-set); each cell is our BLEU, perplexity, ROUGE or WER (mean +- std over seeds) beside the paper's reported number and the difference, using
-the metric the paper reports (``paper.compare`` in the recipe). Written as Markdown and CSV.
+set); each cell is our BLEU, perplexity, ROUGE or WER (mean +- std over seeds) beside the
+paper's reported number and the difference, using the metric the paper reports (``paper.compare`` in the recipe). Written as Markdown and CSV.
 Plots: per run the training and validation loss (and validation BLEU, with ``--eval-bleu``)
 per epoch, read from fairseq's ``--log-format json`` logs (``curves.py``).
 """
@@ -24,6 +24,7 @@ from fairseq_layernorm_plugins.atomic import atomic_path, write_text
 from fairseq_layernorm_plugins.experiments.curves import first_error, read_log_curves, status
 from fairseq_layernorm_plugins.experiments.figures import pyplot, save_figure
 from fairseq_layernorm_plugins.recipes.config import CONFIG_DIR, list_recipes, paper_number
+from fairseq_layernorm_plugins.runs.wer import SUBSETS as WER_SUBSETS
 
 
 def collect(paths):
@@ -74,7 +75,6 @@ class Row(NamedTuple):
 
 
 ROUGE_COLUMNS = {"R-1": "rouge1", "R-2": "rouge2", "R-L": "rougeL"}
-WER_SUBSETS = ("dev-clean", "dev-other", "test-clean", "test-other")  # runs/wer.py
 SUBSET_ORDER = {name: i for i, name in enumerate(("valid", "test", *ROUGE_COLUMNS, *WER_SUBSETS))}
 
 

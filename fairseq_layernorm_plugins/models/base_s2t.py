@@ -68,15 +68,21 @@ class PluginS2TTransformerModel(PluginModelMixin, S2TTransformerModel):
     @classmethod
     def build_model(cls, args, task):
         args = cls.plugin_args(args)
-        # fairseq builds S2TTransformerEncoder(args) and TransformerDecoderScriptable(args, dictionary, embed)
-        with swapped(
-            s2t_transformer,
-            S2TTransformerEncoder=functools.partial(cls.encoder_cls, layer_cls=cls.encoder_layer_cls),
-            TransformerDecoderScriptable=functools.partial(cls.decoder_cls, layer_cls=cls.decoder_layer_cls),
-        ):
-            model = super().build_model(args, task)
+        model = super().build_model(args, task)
         model.args = args  # as fairseq's TransformerModel keeps them
         return model
+
+    @classmethod
+    def build_encoder(cls, args):
+        # fairseq builds S2TTransformerEncoder(args), then loads --load-pretrained-encoder-from into it
+        with swapped(
+            s2t_transformer, S2TTransformerEncoder=functools.partial(cls.encoder_cls, layer_cls=cls.encoder_layer_cls)
+        ):
+            return super().build_encoder(args)
+
+    @classmethod
+    def build_decoder(cls, args, task, embed_tokens):
+        return cls.decoder_cls(args, task.target_dictionary, embed_tokens, layer_cls=cls.decoder_layer_cls)
 
     def __prepare_scriptable__(self):
         raise RuntimeError(
@@ -87,6 +93,15 @@ class PluginS2TTransformerModel(PluginModelMixin, S2TTransformerModel):
 
 def register_s2t_arch_family(model_name, method_defaults, normalize_before=None):
     """Register ``model_name`` + each suffix of :data:`S2T_ARCH_SIZES` as speech-to-text
-    architectures of the method (as ``register_arch_family`` does for the encoder-decoders).
+    architectures of the method (as ``register_arch_family`` does for the encoder-decoders),
+    whose ``--init-style`` defaults to ``fairseq`` unless the method sets its own: fairseq's
+    speech models (fairseq 0.10 on) were only ever built with fairseq's initialisation, never
+    with the fairseq 0.8/0.9 one the translation papers' numbers come from.
     Returns ``{arch_name: arch_function}``."""
-    return register_family(S2T_FAMILIES, S2T_ARCH_SIZES, model_name, method_defaults, normalize_before)
+
+    @functools.wraps(method_defaults)
+    def speech_defaults(args):
+        method_defaults(args)
+        args.init_style = getattr(args, "init_style", "fairseq")
+
+    return register_family(S2T_FAMILIES, S2T_ARCH_SIZES, model_name, speech_defaults, normalize_before)

@@ -150,9 +150,8 @@ class AdminModel:
         profiled one when training starts from it, 1 (plain Post-LN) otherwise."""
         super().upgrade_state_dict_named(state_dict, name)
         prefix = f"{name}." if name else ""
-        names = {
-            id(module): module_name for module_name, module in self.named_modules()
-        }  # a speech encoder's are transformer_layers.i
+        # the layers' own names: a speech encoder's are transformer_layers.i
+        names = {id(module): module_name for module_name, module in self.named_modules()}
         for layers in self.admin_layers().values():
             for layer in layers:
                 state_dict.setdefault(f"{prefix}{names[id(layer)]}.omega", layer.omega.detach().clone())
@@ -184,7 +183,9 @@ class S2TAdminModel(AdminModel, PluginS2TTransformerModel):
     encoder_layer_cls = AdminEncoderLayer
     decoder_layer_cls = AdminDecoderLayer
     incompatible_flags = {
-        "admin_profile_mask_padding": "a speech encoder's padding is in its subsampled frames, which profiling does not mask"
+        "admin_profile_mask_padding": "a speech encoder's padding is in its subsampled frames, which profiling does not mask",
+        "load_pretrained_encoder_from": "fairseq loads that encoder strictly after Admin has profiled: its omega would "
+        "be missing, or profiled over",
     }
 
 

@@ -5,9 +5,9 @@ fairseq's ``S2TTransformerEncoder`` builds ``args.encoder_layers`` stock
 ``TransformerDecoderScriptable`` is the text decoder with its own ``extract_features``; these
 subclasses keep everything else fairseq builds (the subsampler, the sinusoidal positions, the
 final LayerNorm of a Pre-LN encoder, the CTC projection, the decoder's output projection) and
-build the method's layers instead. With the same seed, stock layers give the stock model
-parameter for parameter (without ``--ctc-weight``, whose projection fairseq builds after its
-layers and this encoder before them).
+build the method's layers instead, in fairseq's order (the CTC projection of ``--ctc-weight``
+after them) and with its dropout modules' names, so that with the same seed stock layers give
+the stock model, parameter for parameter.
 """
 
 import argparse
@@ -38,13 +38,16 @@ class PluginS2TEncoder(S2TTransformerEncoder):
     def __init__(self, args, layer_cls=None):
         if layer_cls is not None:
             self.layer_cls = layer_cls
-        # fairseq's subsampler, positions and final LayerNorm; none of its stock layers
-        super().__init__(argparse.Namespace(**{**vars(args), "encoder_layers": 0}))
+        # fairseq's subsampler, positions and final LayerNorm; none of its stock layers, no CTC projection yet
+        super().__init__(argparse.Namespace(**{**vars(args), "encoder_layers": 0, "ctc_weight": 0.0}))
+        self.dropout_module.module_name = S2TTransformerEncoder.__name__  # as stock fairseq
         cfg = TransformerConfig.from_namespace(args)
         stack = Stack.of(cfg, "encoder")
         self.transformer_layers = nn.ModuleList(
             build_layer(self.layer_cls, cfg, TransformerEncoderLayer, stack) for _ in range(stack.num_layers)
         )
+        if getattr(args, "ctc_weight", 0.0) > 0.0:  # fairseq builds it after the layers
+            self.ctc_proj = nn.Linear(args.encoder_embed_dim, args.tgt_dict_size)
         norm_type_(self, cfg, STACK_NORM_NAMES)
         self.layer_cls.init_stack_(self, cfg, stack)
 
@@ -67,3 +70,4 @@ class PluginS2TDecoder(PluginTransformerDecoder):
     def __init__(self, args, dictionary, embed_tokens, layer_cls=None):
         self.args = args  # as fairseq's TransformerDecoder keeps them
         super().__init__(TransformerConfig.from_namespace(args), dictionary, embed_tokens, layer_cls=layer_cls)
+        self.dropout_module.module_name = TransformerDecoderScriptable.__name__  # as stock fairseq

@@ -129,7 +129,7 @@ def evaluate(
     average_last=None,
     kind="epoch",
     subset=None,
-    max_tokens=8000,
+    max_tokens=None,
     cpu=None,
     echo=print,
     upper_bound=None,
@@ -140,7 +140,8 @@ def evaluate(
     results.json, beside the run or in ``out_dir`` (with the hypotheses, the generate logs and
     an averaged checkpoint), so that a second protocol leaves the first one's files alone.
     ``subset``: the split to score (default test); a speech run's comma-separated sets (default:
-    the recipe's ``generate.subsets``)."""
+    the recipe's ``generate.subsets``). ``max_tokens`` per decoding batch: default 8000 tokens,
+    50000 frames for speech."""
     run_dir = Path(run_dir)
     if not (run_dir / "run.json").is_file():
         raise ValueError("no run.json here (not a run directory: fairseq-ln-train writes them)")
@@ -153,8 +154,8 @@ def evaluate(
         if out_dir is not None:
             raise ValueError(f"{run_dir}: a speech model's results are written beside it, not to {out_dir}")
         subsets = subset.split(",") if subset else None
-        return evaluate_asr(run_dir, run, average_last, max(max_tokens, 50000), cpu, echo, subsets)
-    subset = subset or "test"
+        return evaluate_asr(run_dir, run, average_last, max_tokens or 50000, cpu, echo, subsets)  # frames
+    subset, max_tokens = subset or "test", max_tokens or 8000
     save_dir = run_save_dir(run_dir, run)  # this folder's checkpoints, wherever the run was trained
     out_dir = Path(out_dir or run_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -223,6 +223,7 @@ class Launch:
             "task": recipe.fairseq["task"]["_name"],
             "source_lang": recipe.fairseq["task"].get("source_lang"),  # None for a language model
             "target_lang": recipe.fairseq["task"].get("target_lang"),
+            "config_yaml": recipe.fairseq["task"].get("config_yaml"),  # speech: what decoding reads
             "command": shlex.join(self.command()),
         }
 

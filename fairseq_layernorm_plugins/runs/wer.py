@@ -18,7 +18,6 @@ and must give fairseq's number. Results are written as results.json beside the r
 import re
 from pathlib import Path
 
-import editdistance
 import torch
 
 from fairseq_layernorm_plugins.atomic import write_json
@@ -50,8 +49,28 @@ def decoded_lines(log, kind):
 
 def word_errors(hypotheses, references):
     """(errors, reference words): the summed word-level edit distance (fairseq's WerScorer)."""
+    import editdistance  # the speech extra's, as fairseq's scorer imports it
+
     errors = sum(editdistance.eval(ref.split(), hyp.split()) for hyp, ref in zip(hypotheses, references))
     return errors, sum(len(ref.split()) for ref in references)
+
+
+def read_decoded(log, utterances):
+    """(hypotheses in utterance order, fairseq's WER, errors, words) of fairseq-generate's log
+    ``log`` of a set of ``utterances``: every utterance decoded once, and the errors and words
+    counted again from its lines giving fairseq's WER (to its two decimals); else ValueError."""
+    reported = _WER.findall(Path(log).read_text(encoding="utf-8", errors="replace"))
+    if not reported:
+        raise ValueError(f"{log}: no 'WER:' line from fairseq-generate")
+    hyps, refs = decoded_lines(log, "D"), decoded_lines(log, "T")
+    order = sorted(refs)
+    if order != list(range(utterances)) or sorted(hyps) != order:
+        raise ValueError(f"{log}: {len(hyps)} hypotheses for the {utterances} utterances of the set")
+    hypotheses = [hyps[i] for i in order]
+    errors, words = word_errors(hypotheses, [refs[i] for i in order])
+    if abs(100 * errors / max(words, 1) - float(reported[-1])) > 0.005 + 1e-9:
+        raise ValueError(f"{log}: fairseq's WER {reported[-1]} is not {errors} errors / {words} words")
+    return hypotheses, float(reported[-1]), errors, words
 
 
 def score_wer(run, out_dir, checkpoint, subset, max_tokens=50000, cpu=None):
@@ -60,24 +79,15 @@ def score_wer(run, out_dir, checkpoint, subset, max_tokens=50000, cpu=None):
     gen = run.get("generate", {})
     cpu = (not torch.cuda.is_available()) if cpu is None else cpu
     cmd = [BIN / "fairseq-generate", run["data"], "--user-dir", PLUGIN_DIR, "--task", "speech_to_text"]
-    cmd += ["--config-yaml", gen.get("config_yaml", "config.yaml"), "--path", checkpoint, "--gen-subset", subset]
+    cmd += ["--config-yaml", run.get("config_yaml") or "config.yaml", "--path", checkpoint, "--gen-subset", subset]
     cmd += ["--beam", gen.get("beam", 5), "--max-tokens", max_tokens, "--scoring", "wer", *(["--cpu"] if cpu else [])]
     log = Path(out_dir) / f"generate-{subset}.log"
     log.unlink(missing_ok=True)
     run_logged(cmd, log, f"{run['recipe']} generate {subset}", echo=lambda line: "WER:" in line)
-    reported = _WER.findall(log.read_text(encoding="utf-8", errors="replace"))
-    if not reported:
-        raise ValueError(f"{log}: no 'WER:' line from fairseq-generate")
-    hyps, refs = decoded_lines(log, "D"), decoded_lines(log, "T")
-    order = sorted(refs)
-    expected = tsv_rows(Path(run["data"]) / f"{subset}.tsv")
-    if order != list(range(expected)) or sorted(hyps) != order:
-        raise ValueError(f"{log}: {len(hyps)} hypotheses for the {expected} utterances of {subset}.tsv")
-    errors, words = word_errors([hyps[i] for i in order], [refs[i] for i in order])
-    if abs(100 * errors / max(words, 1) - float(reported[-1])) > 0.006:
-        raise ValueError(f"{log}: fairseq's WER {reported[-1]} is not {errors} errors / {words} words")
-    write_lines(Path(out_dir) / f"{subset}.hyp.txt", [hyps[i] for i in order])
-    return {"score": float(reported[-1]), "errors": errors, "words": words, "utterances": len(order), "label": LABEL}
+    utterances = tsv_rows(Path(run["data"]) / f"{subset}.tsv")
+    hypotheses, wer, errors, words = read_decoded(log, utterances)
+    write_lines(Path(out_dir) / f"{subset}.hyp.txt", hypotheses)
+    return {"score": wer, "errors": errors, "words": words, "utterances": utterances, "label": LABEL}
 
 
 def tsv_rows(path):
