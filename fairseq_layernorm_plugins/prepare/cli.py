@@ -58,18 +58,19 @@ def add_shared_data_arg(parser):
     )
 
 
-def add_common_args(parser):
-    parser.add_argument(
-        "--train-pairs",
-        type=positive,
-        default=None,
-        metavar="K",
-        help="keep K training pairs, drawn deterministically by --seed (default: all)",
-    )
-    parser.add_argument("--seed", type=int, default=1, help="seed of --train-pairs (default: 1)")
-    parser.add_argument(
-        "--workers", type=positive, default=2, help="processes for tokenisation, BPE and binarisation (default: 2)"
-    )
+def add_common_args(parser, subsample=True, workers="processes for tokenisation, BPE and binarisation"):
+    """The options every preparation takes: ``--workers`` (``workers`` says what they do),
+    ``--force``, ``--keep-work``; with ``subsample``, ``--train-pairs`` and its ``--seed``."""
+    if subsample:
+        parser.add_argument(
+            "--train-pairs",
+            type=positive,
+            default=None,
+            metavar="K",
+            help="keep K training pairs, drawn deterministically by --seed (default: all)",
+        )
+        parser.add_argument("--seed", type=int, default=1, help="seed of --train-pairs (default: 1)")
+    parser.add_argument("--workers", type=positive, default=2, help=f"{workers} (default: 2)")
     parser.add_argument("--force", action="store_true", help="redo every step even if its stamp is up to date")
     parser.add_argument("--keep-work", action="store_true", help="keep OUT.work/ (intermediate steps) after success")
 
@@ -84,11 +85,12 @@ def summary_line(out_dir, stamp):
     return f"{out_dir}: {sizes}; train on it: fairseq-ln-train RECIPE --data {shlex.quote(str(out_dir))}"
 
 
-def run_cli(parser, fn, args, **kwargs):
+def run_cli(parser, fn, args, summary=summary_line, **kwargs):
     """``fn(**kwargs)`` plus those of the :data:`COMMON` options that ``args`` has (a parse of
     a parser given :func:`add_common_args`, or some of them), ``out_dir`` made absolute; a
     :class:`DataError` or an OSError (a file that cannot be read or written) exits 2 with its
-    one-line message. Prints :func:`summary_line` last."""
+    one-line message. Prints ``summary(out_dir, stamp)`` last (:func:`summary_line`; None:
+    nothing)."""
     logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s", level=logging.INFO)
     kwargs.update({name: getattr(args, name) for name in COMMON if hasattr(args, name)})
     try:
@@ -98,5 +100,7 @@ def run_cli(parser, fn, args, **kwargs):
         parser.exit(2, f"error: {err}\n")
     except OSError as err:
         parser.exit(2, f"error: {err}\n".replace("\n", " ").rstrip() + "\n")
-    print(summary_line(kwargs["out_dir"], stamp))
+    line = summary(kwargs["out_dir"], stamp)
+    if line is not None:
+        print(line)
     return stamp

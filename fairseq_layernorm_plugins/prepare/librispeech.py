@@ -65,7 +65,14 @@ from tqdm import tqdm
 
 from fairseq_layernorm_plugins.atomic import write_text
 from fairseq_layernorm_plugins.prepare import output
-from fairseq_layernorm_plugins.prepare.cli import DOWNLOADS, argument_parser, in_data, positive, run_cli
+from fairseq_layernorm_plugins.prepare.cli import (
+    DOWNLOADS,
+    add_common_args,
+    argument_parser,
+    in_data,
+    positive,
+    run_cli,
+)
 from fairseq_layernorm_plugins.prepare.dataset import current_stamp
 from fairseq_layernorm_plugins.prepare.fbank import NUM_BINS, fbank, read_audio, speech_module
 from fairseq_layernorm_plugins.prepare.fetch import download, extract
@@ -520,9 +527,7 @@ def main(argv=None):
         "(its hard_vocab_limit=false; default: an error)",
     )
     parser.add_argument("--out", default=OUT, help="output directory (default: the repo's data/librispeech)")
-    parser.add_argument("--workers", type=positive, default=2, help="processes for feature extraction (default: 2)")
-    parser.add_argument("--force", action="store_true", help="redo every step even if its stamp is up to date")
-    parser.add_argument("--keep-work", action="store_true", help="keep OUT.work/ (intermediate steps) after success")
+    add_common_args(parser, subsample=False, workers="processes for feature extraction")
     args = parser.parse_args(argv)
     return run_cli(
         parser,

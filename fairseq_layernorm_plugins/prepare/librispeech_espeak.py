@@ -52,11 +52,18 @@ import subprocess
 import textwrap
 from pathlib import Path
 
-from fairseq_layernorm_plugins.prepare.cli import add_shared_data_arg, argument_parser, in_data, positive
+from fairseq_layernorm_plugins.prepare.cli import (
+    add_common_args,
+    add_shared_data_arg,
+    argument_parser,
+    in_data,
+    positive,
+    run_cli,
+)
 from fairseq_layernorm_plugins.prepare.dataset import current_stamp
 from fairseq_layernorm_plugins.prepare.iwslt14 import TEST_SETS
 from fairseq_layernorm_plugins.prepare.moses import straight_apostrophe, xml_segments
-from fairseq_layernorm_plugins.prepare.output import STAMP_FILE, normalise, output_directory
+from fairseq_layernorm_plugins.prepare.output import STAMP_FILE, output_directory
 from fairseq_layernorm_plugins.prepare.parallel import map_lines
 from fairseq_layernorm_plugins.prepare.steps import Steps, one_at_a_time
 from fairseq_layernorm_plugins.prepare.textio import DataError, read_lines, write_lines
@@ -510,37 +517,29 @@ def main(argv=None):
     parser.add_argument(
         "--out", default=in_data("librispeech-espeak"), help="output directory (default: data/librispeech-espeak)"
     )
-    parser.add_argument(
-        "--workers", type=positive, default=2, help="processes for synthesis and preparation (default: 2)"
-    )
-    parser.add_argument("--force", action="store_true", help="redo every step even if its stamp is up to date")
-    parser.add_argument("--keep-work", action="store_true", help="keep OUT.work/ (intermediate steps) after success")
+    add_common_args(parser, subsample=False, workers="processes for synthesis and preparation")
     args = parser.parse_args(argv)
-    logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s", level=logging.INFO)
+
+    def summary(out_dir, stamp):  # else fairseq-ln-prepare librispeech's own last line names the --data
+        if args.layout_only:
+            sizes = ", ".join(f"{split} {n}" for split, n in stamp["sizes"].items())
+            layout = out_dir / "LibriSpeech"
+            return f"{layout}: SYNTHETIC speech, {sizes}; prepare it: fairseq-ln-prepare librispeech --source {layout}"
+        return None
+
     sizes = dict(zip(SPLITS, (args.train_utterances, args.dev_utterances, args.test_utterances)))
-    try:
-        out_dir = normalise(args.out)
-        stamp = prepare(
-            out_dir,
-            args.shared_data,
-            sizes=sizes,
-            speakers=args.speakers,
-            seed=args.seed,
-            vocab_size=args.vocab_size,
-            layout_only=args.layout_only,
-            workers=args.workers,
-            force=args.force,
-            keep_work=args.keep_work,
-        )
-    except DataError as err:
-        parser.exit(2, f"error: {err}\n")
-    except OSError as err:
-        parser.exit(2, f"error: {err}\n".replace("\n", " ").rstrip() + "\n")
-    if args.layout_only:  # else fairseq-ln-prepare librispeech's own last line names the --data
-        layout = out_dir / "LibriSpeech"
-        sizes = ", ".join(f"{split} {n}" for split, n in stamp["sizes"].items())
-        print(f"{layout}: SYNTHETIC speech, {sizes}; prepare it: fairseq-ln-prepare librispeech --source {layout}")
-    return stamp
+    return run_cli(
+        parser,
+        prepare,
+        args,
+        summary=summary,
+        out_dir=args.out,
+        shared_data=args.shared_data,
+        sizes=sizes,
+        speakers=args.speakers,
+        vocab_size=args.vocab_size,
+        layout_only=args.layout_only,
+    )
 
 
 def speaker_count(text):

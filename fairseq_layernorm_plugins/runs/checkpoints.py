@@ -88,3 +88,18 @@ def best_checkpoint(save_dir):
     if not checkpoint.is_file():
         raise ValueError(f"{save_dir}: no checkpoint_best.pt (the recipe scores the best checkpoint)")
     return checkpoint
+
+
+def chosen_checkpoint(run_dir, save_dir, generate, average_last=None):
+    """(the checkpoint to score, the checkpoints it comes from, the protocol in words) of a run
+    whose recipe's ``generate`` says ``checkpoint: best`` (the lowest validation loss) or
+    ``average_last: N`` (``average_last`` overrides it; the mean written to ``run_dir``)."""
+    if generate.get("checkpoint") == "best" and average_last is None:
+        checkpoint = best_checkpoint(save_dir)
+        return checkpoint, [checkpoint], BEST_PROTOCOL
+    n = average_last or generate.get("average_last", 1)
+    checkpoints = existing(last_checkpoints(save_dir, n))
+    protocol = f"average of the last {len(checkpoints)} epoch checkpoints"
+    if len(checkpoints) == 1:
+        return checkpoints[0], checkpoints, protocol
+    return average_checkpoints(checkpoints, Path(run_dir) / f"checkpoint_avg{len(checkpoints)}.pt"), checkpoints, protocol

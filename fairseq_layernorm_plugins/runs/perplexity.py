@@ -13,13 +13,7 @@ from pathlib import Path
 import torch
 
 from fairseq_layernorm_plugins.atomic import write_json
-from fairseq_layernorm_plugins.runs.checkpoints import (
-    BEST_PROTOCOL,
-    average_checkpoints,
-    best_checkpoint,
-    existing,
-    last_checkpoints,
-)
+from fairseq_layernorm_plugins.runs.checkpoints import chosen_checkpoint
 from fairseq_layernorm_plugins.runs.launch import BIN, PLUGIN_DIR, run_logged, run_save_dir
 
 SUBSETS = ("valid", "test")
@@ -59,14 +53,7 @@ def evaluate_lm(run_dir, run, average_last=None, cpu=None, echo=print):
     run_dir = Path(run_dir)
     save_dir = run_save_dir(run_dir, run)
     gen = run.get("generate", {})
-    if gen.get("checkpoint") == "best" and average_last is None:
-        checkpoints, protocol = [best_checkpoint(save_dir)], BEST_PROTOCOL
-    else:
-        n = average_last or gen.get("average_last", 1)
-        checkpoints = existing(last_checkpoints(save_dir, n))
-        protocol = f"average of the last {len(checkpoints)} epoch checkpoints"
-    averaged = run_dir / f"checkpoint_avg{len(checkpoints)}.pt"
-    checkpoint = checkpoints[0] if len(checkpoints) == 1 else average_checkpoints(checkpoints, averaged)
+    checkpoint, checkpoints, protocol = chosen_checkpoint(run_dir, save_dir, gen, average_last)
     scores = {subset: score_perplexity(run, run_dir, checkpoint, subset, cpu) for subset in SUBSETS}
     result = {
         "recipe": run["recipe"],

@@ -22,13 +22,7 @@ import torch
 
 from fairseq_layernorm_plugins.atomic import write_json
 from fairseq_layernorm_plugins.prepare.textio import write_lines
-from fairseq_layernorm_plugins.runs.checkpoints import (
-    BEST_PROTOCOL,
-    average_checkpoints,
-    best_checkpoint,
-    existing,
-    last_checkpoints,
-)
+from fairseq_layernorm_plugins.runs.checkpoints import chosen_checkpoint
 from fairseq_layernorm_plugins.runs.launch import BIN, PLUGIN_DIR, run_logged, run_save_dir
 
 SUBSETS = ("dev-clean", "dev-other", "test-clean", "test-other")  # B2T Table 4's columns
@@ -103,14 +97,7 @@ def evaluate_asr(run_dir, run, average_last=None, max_tokens=50000, cpu=None, ec
     run_dir = Path(run_dir)
     save_dir = run_save_dir(run_dir, run)
     gen = run.get("generate", {})
-    if gen.get("checkpoint") == "best" and average_last is None:
-        checkpoints, protocol = [best_checkpoint(save_dir)], BEST_PROTOCOL
-    else:
-        n = average_last or gen.get("average_last", 1)
-        checkpoints = existing(last_checkpoints(save_dir, n))
-        protocol = f"average of the last {len(checkpoints)} epoch checkpoints"
-    averaged = run_dir / f"checkpoint_avg{len(checkpoints)}.pt"
-    checkpoint = checkpoints[0] if len(checkpoints) == 1 else average_checkpoints(checkpoints, averaged)
+    checkpoint, checkpoints, protocol = chosen_checkpoint(run_dir, save_dir, gen, average_last)
     subsets = subsets or gen.get("subsets", SUBSETS)
     missing = [name for name in subsets if not (Path(run["data"]) / f"{name}.tsv").is_file()]
     if missing:
