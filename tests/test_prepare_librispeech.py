@@ -25,7 +25,7 @@ from conftest import json_records, run_cli
 from helpers.cli_in_process import run_console_script
 from helpers.librispeech_fixture import SPLIT_OF, build_librispeech_fixture, utterances
 
-from fairseq_layernorm_plugins.prepare import librispeech
+from fairseq_layernorm_plugins.prepare import librispeech, s2t_layout
 from fairseq_layernorm_plugins.prepare.fbank import fbank, read_audio
 
 SPLITS = ("train-clean-100", "dev-clean", "test-clean")
@@ -241,7 +241,7 @@ def test_config_yaml_is_the_examples_and_fairseq_trains_on_it_from_another_folde
         == (theirs.input_channels, theirs.input_feat_per_channel)
         == (1, 80)
     )
-    assert ours.config["specaugment"] == theirs.config["specaugment"] == librispeech.SPECAUGMENT_LD
+    assert ours.config["specaugment"] == theirs.config["specaugment"] == s2t_layout.SPECAUGMENT_LD
     for split, is_train in (("train-clean-100", True), ("dev-clean", False), ("test-clean", False)):
         transforms = ours.get_feature_transforms(split, is_train)["feature_transforms"]
         assert transforms == theirs.get_feature_transforms(split, is_train)["feature_transforms"]
