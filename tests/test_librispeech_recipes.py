@@ -10,6 +10,7 @@ import pytest
 from conftest import BIN, SHARED_DATA
 from test_recipes import parsed
 
+from fairseq_layernorm_plugins.experiments.curves import read_log_curves
 from fairseq_layernorm_plugins.recipes.config import list_recipes, load_recipe
 from fairseq_layernorm_plugins.runs.launch import Launch
 
@@ -95,6 +96,13 @@ def test_speech_end_to_end_train_evaluate_table(speech_data, tmp_path, capsys):
     )
     assert train.returncode == 0, train.stderr[-3000:]
     run = runs / "librispeech" / "b2t" / "6L-6L.seed1"
+    curves = read_log_curves(run / "train.log")  # fairseq tags the validation "dev-clean"
+    dev_clean = [
+        json.loads(line.split("| dev-clean | ", 1)[1])
+        for line in (run / "train.log").read_text().splitlines()
+        if "| dev-clean | {" in line
+    ]
+    assert [v["nll_loss"] for v in curves["valid"]] == [float(r["dev-clean_nll_loss"]) for r in dev_clean] != []
     evaluated = subprocess.run([BIN / "fairseq-ln-evaluate", run], capture_output=True, text=True)
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
     result = json.loads((run / "results.json").read_text())
@@ -115,6 +123,7 @@ def test_speech_end_to_end_train_evaluate_table(speech_data, tmp_path, capsys):
         [BIN / "fairseq-ln-table", runs, "--table", "librispeech", "--out", out], capture_output=True, text=True
     )
     assert table.returncode == 0, table.stderr[-3000:]
+    assert out.with_suffix(".png").is_file()
     line = next(row for row in out.with_suffix(".md").read_text().splitlines() if row.startswith("| b2t |"))
     paper = (3.69, 8.97, 3.86, 8.94)
     cells = [

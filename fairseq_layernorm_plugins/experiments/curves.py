@@ -19,13 +19,22 @@ LOADED_CHECKPOINT = re.compile(r"Loaded checkpoint .* \(epoch \d+ @ (\d+) update
 STOPPED = re.compile(r"(FloatingPointError|Minimum loss scale|OverflowError|CUDA out of memory|Error:)")
 
 
-def log_record(line):
+_VALID_SUBSET = re.compile(r"'valid_subset': '([^']+)'")  # fairseq-train's first line prints its config
+_RECORD = re.compile(r"\| ([\w.-]+) \| (\{.*)$")
+
+
+def log_record(line, valid_subset="valid"):
     """(kind, record) of one line of a fairseq ``--log-format json`` log, kind ``train_inner``,
-    ``train`` (end of epoch) or ``valid``; None for any other line."""
-    for kind in ("train_inner", "train", "valid"):
-        if f"| {kind} | {{" in line:
-            return kind, json.loads(line.split(f"| {kind} | ", 1)[1])
-    return None
+    ``train`` (end of epoch) or ``valid``, the validation on ``valid_subset`` (fairseq tags a
+    validation with its subset's name: a speech run validates on ``dev-clean``), its keys
+    ``valid_*`` whatever the subset; None for any other line."""
+    match = _RECORD.search(line)
+    if match is None or match[1] not in ("train_inner", "train", valid_subset):
+        return None
+    record = json.loads(match[2])
+    if match[1] != valid_subset or valid_subset == "valid":
+        return match[1], record
+    return "valid", {key.replace(f"{valid_subset}_", "valid_", 1): value for key, value in record.items()}
 
 
 def read_log_curves(log_path):
@@ -42,7 +51,10 @@ def read_log_curves(log_path):
     so the resumed run's telling stands."""
     curves = {"train": [], "valid": [], "end": {"update": 0, "wall": 0.0}, "overflows": []}
     epoch_at = {}
-    for line in Path(log_path).read_text(errors="replace").splitlines():
+    text = Path(log_path).read_text(errors="replace")
+    subsets = _VALID_SUBSET.search(text)  # the first of --valid-subset, as fairseq's best checkpoint
+    valid_subset = subsets[1].split(",")[0] if subsets else "valid"
+    for line in text.splitlines():
         if loaded := LOADED_CHECKPOINT.search(line):
             for name in ("train", "valid"):
                 curves[name] = [r for r in curves[name] if r["update"] <= int(loaded[1])]
@@ -52,7 +64,7 @@ def read_log_curves(log_path):
         if OVERFLOW in line:
             curves["overflows"].append(curves["end"]["update"])
             continue
-        if (parsed := log_record(line)) is None:
+        if (parsed := log_record(line, valid_subset)) is None:
             continue
         kind, record = parsed
         if kind in ("train_inner", "train"):
