@@ -86,6 +86,7 @@ def run_cli(tool, *args, cwd=None, timeout=300, env=None, input_text=None, in_pr
             fresh_train_state()
             cmd = loading_in_this_process(cmd)
         code, out = _run_in_process(IN_PROCESS_ON_REQUEST[tool], cmd, input_text)
+        fresh_train_state()  # and none left for a later test's in-process training
     elif tool in IN_PROCESS and cwd is None and env is None:
         code, out = _run_in_process(IN_PROCESS[tool], loading_in_this_process(cmd), input_text)
     else:

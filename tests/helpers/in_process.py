@@ -7,7 +7,7 @@ import copy
 import json
 import logging
 
-from conftest import PLUGIN_DIR, TINY_MODEL
+from conftest import PLUGIN_DIR, TINY_MODEL, fresh_train_state
 
 
 class JsonRecords(logging.Handler):
@@ -80,6 +80,7 @@ def fairseq_train(data_bin, save_dir, arch, *flags, updates, keep_model_at_start
         *map(str, flags),
     ]
     cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), argv))
+    fresh_train_state()  # as a new process starts: no best loss kept from an earlier run in this process
     with captured_logs() as logs, captured_trainers(keep_model_at_start) as trainers:
         distributed_utils.call_main(cfg, train.main)
     logs.trainer = trainers[-1]
