@@ -190,7 +190,7 @@ def train(argv=None):
         launch, run = make_launch(args, args.recipe, extra)
         if not (args.hydra_config or args.dry_run):  # a real run: check before writing anything
             try:
-                check_data_bin(launch.data, launch.recipe)
+                check_data_bin(launch.data, launch.recipe, launch.extra)
             except ValueError as err:
                 given = "--data " if args.data else ""
                 hint = "" if args.data else " (the recipe's data: prepare it, docs/data.md, or give --data)"

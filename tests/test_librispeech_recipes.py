@@ -78,6 +78,22 @@ def test_a_dry_run_prints_table_4_beside_the_command(capsys):
     assert capsys.readouterr().out.splitlines()[1].endswith(": failed")
 
 
+def test_a_run_on_data_without_its_sets_is_refused_before_writing(speech_data, tmp_path):
+    """The recipe trains on the three training sets; data prepared with one is refused in one
+    line before a run folder exists, unless the sets are named after --."""
+    runs = tmp_path / "runs"
+    refused = subprocess.run(
+        [BIN / "fairseq-ln-train", "librispeech/b2t", "--data", speech_data, "--runs", runs, "--cpu-workers", "1"],
+        capture_output=True,
+        text=True,
+    )
+    assert refused.returncode == 2 and not runs.exists()
+    assert refused.stderr.strip() == (
+        f"error: --data {speech_data}: no train-clean-360.tsv, train-other-500.tsv (prepared without it: name the "
+        "sets to train and validate on after --, e.g. -- --train-subset train-clean-100 --valid-subset dev-clean)"
+    )
+
+
 def test_speech_end_to_end_train_evaluate_table(speech_data, tmp_path, capsys):
     """The path a user takes on prepared LibriSpeech-layout data: fairseq-ln-train librispeech/b2t
     (6L-6L narrowed for a few updates), fairseq-ln-evaluate (fairseq-generate --scoring wer on the

@@ -52,19 +52,42 @@ def data_bin(data, recipe, root):
     return data / "bin" if (data / "bin").is_dir() else data
 
 
-def check_data_bin(data, recipe):
+def passed_value(extra, flag, default):
+    """The value of ``flag`` among the fairseq arguments ``extra`` (``--x v`` or ``--x=v``; the
+    last one given wins, as in argparse), else ``default``."""
+    value = default
+    for i, arg in enumerate(extra):
+        if arg == flag and i + 1 < len(extra):
+            value = extra[i + 1]
+        elif arg.startswith(flag + "="):
+            value = arg.split("=", 1)[1]
+    return value
+
+
+def check_data_bin(data, recipe, extra=()):
     """Raise ValueError (naming the folder) unless ``data`` is a fairseq data-bin ``recipe`` can
     train on: a folder with the dictionaries its task reads (dict.<lang>.txt for each side of a
-    translation, dict.txt for a language model; config.yaml for speech). Checked before a run
-    writes anything."""
+    translation, dict.txt for a language model; for speech config.yaml and the manifests of the
+    sets it trains and validates on, as ``extra`` (the arguments after ``--``) may name them).
+    Checked before a run writes anything."""
     data = Path(str(data).split(":")[0])  # fairseq's DATA may list shards: a:b:c
     if not data.is_dir():
         raise ValueError(f"{data}: no such data directory")
     task = recipe.fairseq.get("task") or {}
     if task.get("_name") == "speech_to_text":  # fairseq-ln-prepare librispeech's folder
-        config = task.get("config_yaml", "config.yaml")
+        config = passed_value(extra, "--config-yaml", task.get("config_yaml", "config.yaml"))
         if not (data / config).is_file():
             raise ValueError(f"{data}: not a fairseq speech_to_text folder (no {config}: fairseq-ln-prepare librispeech)")
+        dataset = recipe.fairseq.get("dataset") or {}
+        subsets = [
+            passed_value(extra, f"--{kind}-subset", dataset.get(f"{kind}_subset", kind)) for kind in ("train", "valid")
+        ]
+        missing = [f"{name}.tsv" for name in ",".join(subsets).split(",") if not (data / f"{name}.tsv").is_file()]
+        if missing:
+            raise ValueError(
+                f"{data}: no {', '.join(missing)} (prepared without it: name the sets to train and validate on "
+                "after --, e.g. -- --train-subset train-clean-100 --valid-subset dev-clean)"
+            )
         return data
     if task.get("_name") == "language_modeling":
         needed = ["dict.txt"]
