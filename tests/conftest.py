@@ -238,6 +238,21 @@ def speech_data(tmp_path_factory):
     return out
 
 
+def error_line(stderr):
+    """The one error line of a failed command (its last line), after checking there is no traceback."""
+    assert "Traceback" not in stderr, stderr[-3000:]
+    lines = stderr.strip().splitlines()
+    errors = [line for line in lines if line.startswith("error: ")]
+    assert len(errors) == 1 and lines[-1] == errors[0], stderr[-3000:]
+    return errors[0]
+
+
+def absent(reason):
+    """A system package or tool a test needs is not installed: skip with ``reason``, but fail
+    under CI (``CI=true``), where ``.ci/run`` installs it."""
+    pytest.fail(reason) if os.environ.get("CI") == "true" else pytest.skip(reason)
+
+
 def plugin_archs(kind="translation"):
     """{arch name: model name} for every architecture this package registers of ``kind``:
     ``translation`` (the encoder-decoders), ``lm`` (the decoder-only language models), ``s2t``

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import json_records, run_cli
+from conftest import error_line, json_records, run_cli
 from helpers.cli_in_process import run_console_script
 from helpers.librispeech_fixture import SPLIT_OF, build_librispeech_fixture, utterances
 
@@ -87,15 +87,6 @@ def fairseq_data_utils():
 def read_manifest(path):
     lines = path.read_text(encoding="utf-8").splitlines()
     return lines[0].split("\t"), [dict(zip(COLUMNS, line.split("\t"))) for line in lines[1:]]
-
-
-def error_line(stderr):
-    """The one error line of a failed command (its last line), after checking there is no traceback."""
-    assert "Traceback" not in stderr, stderr[-3000:]
-    lines = stderr.strip().splitlines()
-    errors = [line for line in lines if line.startswith("error: ")]
-    assert len(errors) == 1 and lines[-1] == errors[0], stderr[-3000:]
-    return errors[0]
 
 
 def kaldi_fbank(waveform, sample_rate=16000, num_bins=80):

@@ -13,7 +13,7 @@ import sys
 import time
 
 import pytest
-from conftest import BIN, PLUGIN_DIR, REPO
+from conftest import BIN, PLUGIN_DIR, REPO, error_line
 
 from fairseq_layernorm_plugins import cli
 from fairseq_layernorm_plugins.prepare import (
@@ -89,15 +89,6 @@ def tree(folder):
         for p in sorted(folder.rglob("*"))
         if p.is_file() or not any(p.iterdir())
     }
-
-
-def error_line(stderr):
-    """The one error line of a failed command (its last line), after checking there is no traceback."""
-    assert "Traceback" not in stderr, stderr[-3000:]
-    lines = stderr.strip().splitlines()
-    errors = [line for line in lines if line.startswith("error: ")]
-    assert len(errors) == 1 and lines[-1] == errors[0], stderr[-3000:]
-    return errors[0]
 
 
 def test_an_existing_folder_of_other_files_is_refused_and_left_as_it_was(tmp_path, monkeypatch, capsys):
