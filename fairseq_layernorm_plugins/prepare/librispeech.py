@@ -71,6 +71,7 @@ from fairseq_layernorm_plugins.prepare.dataset import current_stamp
 from fairseq_layernorm_plugins.prepare.fbank import NUM_BINS, speech_module
 from fairseq_layernorm_plugins.prepare.fetch import download, extract
 from fairseq_layernorm_plugins.prepare.output import output_directory, write_stamp
+from fairseq_layernorm_plugins.prepare.parallel import imap_ordered
 from fairseq_layernorm_plugins.prepare.s2t_layout import (
     COLUMNS,
     FEATURES,
@@ -78,7 +79,6 @@ from fairseq_layernorm_plugins.prepare.s2t_layout import (
     learn_vocabulary,
     npy_bytes,
     npy_members,
-    ordered_map,
     read_tsv,
     refresh_config,
     stored_member,
@@ -210,7 +210,9 @@ def extract_features(folder, text_dir, workers, desc, out):
     utterances = [row[0] for row in read_tsv(Path(text_dir) / "utterances.tsv")]
     paths = [Path(folder).joinpath(*UTTERANCE.fullmatch(u).group(1, 2), f"{u}.flac") for u in utterances]
     with zipfile.ZipFile(Path(out) / "features.zip", "w", zipfile.ZIP_STORED) as z:
-        for utterance, data in zip(utterances, ordered_map(npy_bytes, paths, workers, desc), strict=True):
+        for utterance, data in zip(
+            utterances, imap_ordered(npy_bytes, paths, workers, desc, chunk_size=4, unit=" utt"), strict=True
+        ):
             z.writestr(stored_member(f"{utterance}.npy"), data)
 
 

@@ -20,10 +20,16 @@ def _apply(chunk):
 def map_lines(fn, items, workers=2, desc=None, chunk_size=2000):
     """``[fn(x) for x in items]`` in order, over ``workers`` processes; ``fn`` must pickle
     (the tokenisers and BPE appliers here do). Shows a progress bar on stderr."""
+    return list(imap_ordered(fn, items, workers, desc, chunk_size))
+
+
+def imap_ordered(fn, items, workers=2, desc=None, chunk_size=2000, unit=" lines"):
+    """``fn(x)`` for each of ``items``, yielded in order as they are computed by ``workers``
+    processes (so that a long run's results need not all be held at once), with a progress bar
+    on stderr."""
     items = list(items)
     chunks = [items[i : i + chunk_size] for i in range(0, len(items), chunk_size)]
-    out = []
-    with tqdm(total=len(items), desc=desc, unit=" lines", file=sys.stderr, mininterval=2, disable=not items) as bar:
+    with tqdm(total=len(items), desc=desc, unit=unit, file=sys.stderr, mininterval=2, disable=not items) as bar:
         if workers <= 1 or len(chunks) <= 1:
             _init(fn)
             results = map(_apply, chunks)
@@ -33,13 +39,12 @@ def map_lines(fn, items, workers=2, desc=None, chunk_size=2000):
             results = pool.imap(_apply, chunks)
         try:
             for result in results:
-                out.extend(result)
                 bar.update(len(result))
+                yield from result
         finally:
             if pool is not None:
-                pool.close()
+                pool.terminate()  # a consumer that stopped early leaves nothing running
                 pool.join()
-    return out
 
 
 class Compose:

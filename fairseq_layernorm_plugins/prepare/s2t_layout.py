@@ -14,15 +14,12 @@
 import csv
 import io
 import logging
-import multiprocessing as mp
 import re
-import sys
 import zipfile
 from pathlib import Path
 
 import numpy as np
 import yaml
-from tqdm import tqdm
 
 from fairseq_layernorm_plugins.atomic import write_text
 from fairseq_layernorm_plugins.prepare.fbank import NUM_BINS, fbank, read_audio, speech_module
@@ -69,27 +66,6 @@ def npy_bytes(path):
     buffer = io.BytesIO()
     np.save(buffer, fbank(waveform, sample_rate), allow_pickle=False)
     return buffer.getvalue()
-
-
-def ordered_map(fn, items, workers, desc):
-    """``fn(item)`` for each of ``items``, yielded in order, computed by ``workers`` processes,
-    with a progress bar on stderr."""
-    with tqdm(total=len(items), desc=desc, unit=" utt", file=sys.stderr, mininterval=2, disable=not items) as bar:
-        if workers <= 1 or len(items) <= 1:
-            for item in items:
-                result = fn(item)
-                bar.update(1)
-                yield result
-            return
-        pool = mp.get_context("fork" if sys.platform.startswith("linux") else "spawn").Pool(workers)
-        try:
-            for result in pool.imap(fn, items, chunksize=4):
-                bar.update(1)
-                yield result
-            pool.close()
-        finally:
-            pool.terminate()
-            pool.join()
 
 
 def stored_member(name):
