@@ -5,7 +5,7 @@ import pytest
 import torch
 from conftest import TINY_MODEL, batch, build, ffn, hand_set_layer_norms
 
-from fairseq_layernorm_plugins.models.transformer_b2t import b2t_no_ln_alpha, b2t_no_ln_beta
+from layernorm_methods.methods.b2t import b2t_no_ln_alpha, b2t_no_ln_beta
 
 ARCH = "transformer_b2t_iwslt_de_en"
 

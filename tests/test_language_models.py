@@ -50,7 +50,7 @@ def test_where_the_layer_norms_sit(lm_data_bin, family):
     the output; the Pre-LN family normalises first and ends with its final one (fairseq's
     wiki103 size drops it); T-Fixup and ReZero have none at all."""
     from fairseq_layernorm_plugins.models.base_lm import LM_FAMILIES as FAMILIES
-    from fairseq_layernorm_plugins.modules.norms import DynamicTanh
+    from layernorm_methods.norms import DynamicTanh
 
     post_ln = FAMILIES[family].normalize_before is False
     for size in ("", "_wiki103", "_gpt2_small"):

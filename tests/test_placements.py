@@ -9,7 +9,7 @@ import pytest
 import torch
 from conftest import TINY_MODEL, build, ffn, hand_set_layer_norms
 
-from fairseq_layernorm_plugins.modules.norms import DynamicTanh
+from layernorm_methods.norms import DynamicTanh
 
 DEEP = ["--encoder-layers", "8", "--decoder-layers", "4"]
 

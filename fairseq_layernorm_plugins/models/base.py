@@ -31,8 +31,8 @@ from fairseq_layernorm_plugins.modules import (
     PluginTransformerDecoder,
     PluginTransformerEncoder,
 )
-from fairseq_layernorm_plugins.modules.norms import NORM_TYPES
 from fairseq_layernorm_plugins.modules.word_dropout import add_word_dropout_args, install_word_dropout
+from layernorm_methods.norms import NORM_TYPES
 
 __all__ = [
     "ARCH_FAMILIES",

@@ -41,12 +41,12 @@ from fairseq_layernorm_plugins.methods import register_method
 from fairseq_layernorm_plugins.models.base import PluginTransformerModel, register_arch_family
 from fairseq_layernorm_plugins.models.base_lm import PluginTransformerLanguageModel, register_lm_arch_family
 from fairseq_layernorm_plugins.modules import PluginDecoderLayer, PluginEncoderLayer, stack_layers
-from fairseq_layernorm_plugins.modules.norms import norm_type_
 from fairseq_layernorm_plugins.modules.stacks import (
     PluginLanguageModelDecoder,
     PluginTransformerDecoder,
     PluginTransformerEncoder,
 )
+from layernorm_methods.norms import norm_type_
 
 
 def dlcl_average_weights(num_layers):

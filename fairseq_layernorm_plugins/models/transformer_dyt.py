@@ -16,7 +16,7 @@ from fairseq_layernorm_plugins.models.base import PluginTransformerModel, regist
 from fairseq_layernorm_plugins.models.base_lm import PluginTransformerLanguageModel, register_lm_arch_family
 from fairseq_layernorm_plugins.models.base_s2t import PluginS2TTransformerModel, register_s2t_arch_family
 from fairseq_layernorm_plugins.modules import PluginDecoderLayer, PluginEncoderLayer
-from fairseq_layernorm_plugins.modules.norms import (
+from layernorm_methods.norms import (
     LAYER_NORM_NAMES,
     STACK_NORM_NAMES,
     DynamicTanh,

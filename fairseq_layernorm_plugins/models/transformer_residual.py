@@ -34,7 +34,7 @@ from fairseq_layernorm_plugins.modules import (
     SublayerResidualMixin,
     stack_layers,
 )
-from fairseq_layernorm_plugins.modules.norms import norm_type_
+from layernorm_methods.norms import norm_type_
 
 
 class DualStream:

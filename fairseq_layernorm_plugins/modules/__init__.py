@@ -9,16 +9,16 @@ override fairseq's hooks (``residual_connection``, ``build_fc1``,
 """
 
 from fairseq_layernorm_plugins.modules.attention import FusedAttention, FusedAttentionMixin
-from fairseq_layernorm_plugins.modules.init import INIT_STYLES, attentions, paper_init_
 from fairseq_layernorm_plugins.modules.layers import PluginDecoderLayer, PluginEncoderLayer, Stack
-from fairseq_layernorm_plugins.modules.residual import (
-    SublayerResidualMixin,
-    remove_layer_norms,
-)
 from fairseq_layernorm_plugins.modules.stacks import (
     PluginTransformerDecoder,
     PluginTransformerEncoder,
     stack_layers,
+)
+from layernorm_methods.init import INIT_STYLES, attentions, paper_init_
+from layernorm_methods.residual import (
+    SublayerResidualMixin,
+    remove_layer_norms,
 )
 
 __all__ = [

@@ -18,11 +18,11 @@ from fairseq.modules.transformer_layer import TransformerEncoderLayer
 from torch import nn
 
 from fairseq_layernorm_plugins.modules.layers import PluginEncoderLayer, Stack
-from fairseq_layernorm_plugins.modules.norms import STACK_NORM_NAMES, norm_type_
-from fairseq_layernorm_plugins.modules.stacks import PluginTransformerDecoder, build_layer
+from fairseq_layernorm_plugins.modules.stacks import MethodLayersCheck, PluginTransformerDecoder, build_layer
+from layernorm_methods.norms import STACK_NORM_NAMES, norm_type_
 
 
-class PluginS2TEncoder(S2TTransformerEncoder):
+class PluginS2TEncoder(MethodLayersCheck, S2TTransformerEncoder):
     """fairseq's speech encoder with ``args.encoder_layers`` layers of class :attr:`layer_cls`,
     which the method's ``init_stack_`` then sets up as it does a text encoder's (they are
     :attr:`layers` here too).

@@ -16,23 +16,25 @@ from fairseq.modules import FairseqDropout
 from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 
-from fairseq_layernorm_plugins.modules.layers import PluginDecoderLayer, PluginEncoderLayer, Stack
-from fairseq_layernorm_plugins.modules.norms import STACK_NORM_NAMES, norm_type_
+from fairseq_layernorm_plugins.modules.layers import PluginDecoderLayer, PluginEncoderLayer
+from layernorm_methods import layers as core_layers
+from layernorm_methods.layers import Stack
+from layernorm_methods.norms import STACK_NORM_NAMES, norm_type_
+
+stack_layers = core_layers.stack_layers
 
 
-def stack_layers(stack):
-    """Every layer of an encoder or decoder, in order, for a method to set up or read
-    (Mix-LN's placement, DLCL's history, Admin's omega). Iterating ``stack.layers`` in
-    training mode under LayerDrop (a ``LayerDropModuleList``) skips layers at random;
-    indexing does not. Layers wrapped by fully-sharded data parallel are refused: FSDP
-    flattens a layer's parameters when it wraps it, and sets attributes on the wrapper."""
-    layers = [stack.layers[i] for i in range(len(stack.layers))]
-    if any(isinstance(layer, FullyShardedDataParallel) for layer in layers):
-        raise ValueError(
-            f"{type(stack).__name__}: --ddp-backend fully_sharded wraps each layer before this method sets its "
-            "layers up; train it with --ddp-backend c10d (or no_c10d, legacy_ddp)"
-        )
-    return layers
+class MethodLayersCheck:
+    """What the fairseq stacks check before a method sets up or reads their layers."""
+
+    def check_method_layers(self, layers):
+        """Layers wrapped by fully-sharded data parallel are refused: FSDP flattens a layer's
+        parameters when it wraps it, and sets attributes on the wrapper."""
+        if any(isinstance(layer, FullyShardedDataParallel) for layer in layers):
+            raise ValueError(
+                f"{type(self).__name__}: --ddp-backend fully_sharded wraps each layer before this method sets its "
+                "layers up; train it with --ddp-backend c10d (or no_c10d, legacy_ddp)"
+            )
 
 
 def name_dropout_modules(module, name, own_name):
@@ -62,7 +64,7 @@ def build_layer(layer_cls, cfg, stock_cls, stack, **kwargs):
     return wrap_layer(layer, cfg)
 
 
-class PluginTransformerEncoder(TransformerEncoderBase):
+class PluginTransformerEncoder(MethodLayersCheck, TransformerEncoderBase):
     """fairseq's encoder with ``cfg.encoder.layers`` layers of class :attr:`layer_cls`.
 
     Input ``src_tokens`` (B, S); output ``encoder_out["encoder_out"][0]`` (S, B, C).
@@ -84,7 +86,7 @@ class PluginTransformerEncoder(TransformerEncoderBase):
         )
 
 
-class PluginTransformerDecoder(TransformerDecoderBase):
+class PluginTransformerDecoder(MethodLayersCheck, TransformerDecoderBase):
     """fairseq's decoder with ``cfg.decoder.layers`` layers of class :attr:`layer_cls`;
     :attr:`stack_kind` ``decoder`` (of an encoder-decoder) or ``lm`` (a decoder-only model).
 
