@@ -27,6 +27,9 @@ def twins(data_bin, method, kind, depth, *flags):
     else:
         arch, dims = chosen.arch(), [*TINY_MODEL, "--encoder-layers", str(depth[0]), "--decoder-layers", str(depth[1])]
     model, task, args = build(data_bin, arch, *dims, *flags)
+    with torch.no_grad():  # every weight off its initial value: zero-initialised gates, unit omegas and
+        for p in model.parameters():  # LayerNorm gains would hide a weight the core uses differently
+            p.add_(torch.randn_like(p) * 0.05)
     cfg = configure_like(method, args, kind)
     padding_idx = task.source_dictionary.pad()
     if kind == "lm":
