@@ -6,12 +6,12 @@ import pytest
 import torch
 from conftest import build, run_cli
 
-from fairseq_layernorm_plugins.models.transformer_tfixup import (
+from fairseq_layernorm_plugins.prepare.toy import write_reversal_task
+from layernorm_methods.methods.tfixup import (
     tfixup_decoder_scale,
     tfixup_encoder_embedding_scale,
     tfixup_encoder_scale,
 )
-from fairseq_layernorm_plugins.prepare.toy import write_reversal_task
 
 D, FFN, N_E, N_D = 64, 128, 2, 6  # distinct depths, so encoder and decoder factors differ
 DIMS = [
