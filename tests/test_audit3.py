@@ -13,7 +13,7 @@ from fairseq.models import MODEL_REGISTRY
 
 from fairseq_layernorm_plugins.models.base import ARCH_FAMILIES
 from fairseq_layernorm_plugins.models.base_lm import LM_FAMILIES
-from fairseq_layernorm_plugins.models.transformer_mixln import MIXLN_POST_RATIO
+from layernorm_methods.methods.mixln import MIXLN_POST_RATIO
 
 TINY_LM = ["--task", "language_modeling", "--tokens-per-sample", "32", "--decoder-layers", "2"]
 TINY_LM += ["--decoder-embed-dim", "32", "--decoder-ffn-embed-dim", "64", "--decoder-attention-heads", "2"]
@@ -172,7 +172,7 @@ def test_pre_ln_arch_function_over_post_ln_args_is_pre_ln(tiny_data_bin):
 # --- 5. Mix-LN at 2 layers: floor(0.25 x 2) = 0 Post-LN layers, exactly Pre-LN
 
 
-MIXLN_LOGGER = "fairseq_layernorm_plugins.models.transformer_mixln"
+MIXLN_LOGGER = "layernorm_methods.methods.mixln"
 
 
 def mixln_warnings(caplog, data_bin, *flags):

@@ -1,12 +1,7 @@
-"""LayerNorm Scaling (Sun et al. 2025, "The Curse of Depth in Large Language Models"):
-Pre-LN with every normalisation of layer l (counted from 1 in each stack) scaled by
-1/sqrt(l),
-
-    x_i = x_{i-1} + f_i(LN(x_{i-1}) / sqrt(l))
-
-for each sub-layer of layer l; the stack's final LayerNorm is not scaled (the authors' code,
-lmsdss/LayerNorm-Scaling: both norms of a layer share its factor, the final norm is plain).
-The normalisation is whatever ``--norm-type`` makes it (the paper's LLaMA models: RMSNorm).
+"""LayerNorm Scaling (Sun et al. 2025) as fairseq models: ``transformer_lns``,
+``transformer_lm_lns`` and ``s2t_transformer_lns``, whose layers mix in the core's
+:class:`~layernorm_methods.methods.lns.LNSLayerMixin` (the rule is described there): Pre-LN
+with layer l's norms scaled by 1/sqrt(l).
 """
 
 from fairseq.models import register_model
@@ -15,23 +10,8 @@ from fairseq_layernorm_plugins.methods import register_method
 from fairseq_layernorm_plugins.models.base import PluginTransformerModel, register_arch_family
 from fairseq_layernorm_plugins.models.base_lm import PluginTransformerLanguageModel, register_lm_arch_family
 from fairseq_layernorm_plugins.models.base_s2t import PluginS2TTransformerModel, register_s2t_arch_family
-from fairseq_layernorm_plugins.modules import PluginDecoderLayer, PluginEncoderLayer, stack_layers
-from layernorm_methods.norms import LAYER_NORM_NAMES, ScaledNorm, replace_norms_
-
-
-def lns_scale(layer_number):
-    """1/sqrt(l) for layer l = 1, 2, ... of a stack (Sun et al. 2025; lmsdss/LayerNorm-Scaling)."""
-    return layer_number**-0.5
-
-
-class LNSLayerMixin:
-    """Each layer's norms get their factor per stack, once its index is known (``init_stack_``)."""
-
-    @classmethod
-    def init_stack_(cls, stack_module, cfg, stack):
-        super().init_stack_(stack_module, cfg, stack)
-        for index, layer in enumerate(stack_layers(stack_module)):
-            replace_norms_(layer, LAYER_NORM_NAMES, lambda norm, n=index + 1: ScaledNorm(norm, lns_scale(n)))
+from fairseq_layernorm_plugins.modules import PluginDecoderLayer, PluginEncoderLayer
+from layernorm_methods.methods.lns import LNSLayerMixin, lns_defaults
 
 
 class LNSEncoderLayer(LNSLayerMixin, PluginEncoderLayer):
@@ -63,10 +43,6 @@ class S2TLNSModel(PluginS2TTransformerModel):
 
     encoder_layer_cls = LNSEncoderLayer
     decoder_layer_cls = LNSDecoderLayer
-
-
-def lns_defaults(args):
-    """LayerNorm Scaling (Sun et al. 2025): Pre-LN, layer l's norms scaled by 1/sqrt(l)."""
 
 
 ARCHS = register_arch_family("transformer_lns", lns_defaults, normalize_before=True)

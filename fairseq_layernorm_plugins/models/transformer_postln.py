@@ -17,6 +17,7 @@ from fairseq_layernorm_plugins.methods import register_method
 from fairseq_layernorm_plugins.models.base import PluginTransformerModel, register_arch_family
 from fairseq_layernorm_plugins.models.base_lm import PluginTransformerLanguageModel, register_lm_arch_family
 from fairseq_layernorm_plugins.models.base_s2t import PluginS2TTransformerModel, register_s2t_arch_family
+from layernorm_methods.methods.postln import postln_defaults
 
 
 @register_model("transformer_postln")
@@ -32,10 +33,6 @@ class TransformerPostLNLanguageModel(PluginTransformerLanguageModel):
 @register_model("s2t_transformer_postln")
 class S2TPostLNModel(PluginS2TTransformerModel):
     """Post-LN speech-to-text Transformer, initialised as in the papers."""
-
-
-def postln_defaults(args):
-    """Post-LN (Vaswani et al. 2017): LayerNorm after each residual sum."""
 
 
 ARCHS = register_arch_family("transformer_postln", postln_defaults, normalize_before=False)

@@ -14,6 +14,7 @@ from fairseq_layernorm_plugins.methods import register_method
 from fairseq_layernorm_plugins.models.base import PluginTransformerModel, register_arch_family
 from fairseq_layernorm_plugins.models.base_lm import PluginTransformerLanguageModel, register_lm_arch_family
 from fairseq_layernorm_plugins.models.base_s2t import PluginS2TTransformerModel, register_s2t_arch_family
+from layernorm_methods.methods.preln import preln_defaults
 
 
 @register_model("transformer_preln")
@@ -30,10 +31,6 @@ class TransformerPreLNLanguageModel(PluginTransformerLanguageModel):
 @register_model("s2t_transformer_preln")
 class S2TPreLNModel(PluginS2TTransformerModel):
     """Pre-LN speech-to-text Transformer (Xiong et al. 2020)."""
-
-
-def preln_defaults(args):
-    """Pre-LN (Xiong et al. 2020): LayerNorm before each sub-layer, final LayerNorms."""
 
 
 ARCHS = register_arch_family("transformer_preln", preln_defaults, normalize_before=True)
