@@ -162,7 +162,7 @@ class PluginModelMixin:
     def __prepare_scriptable__(self):
         """``torch.jit.script(model)`` scripts a deep copy, so the scripted model holds its own
         parameters: TorchScript prepares submodules in place, and layers that number their
-        sub-layers drop an eager-only pre-hook when scripted (``modules/residual.py``); the
+        sub-layers drop an eager-only pre-hook when scripted (``layernorm_methods/residual.py``); the
         model the user scripted keeps it."""
         return copy.deepcopy(self)
 

@@ -4,7 +4,7 @@ output.
 
 fairseq's own ``transformer`` is exactly this placement; this arch is it with the
 initialisation the papers' baselines were trained with (``--init-style paper``: fairseq
-0.8/0.9's Xavier-uniform zero-bias FFN, see ``modules/init.py``), so that every method of
+0.8/0.9's Xavier-uniform zero-bias FFN, see ``layernorm_methods/init.py``), so that every method of
 a comparison starts from the same initialisation. ``--init-style fairseq`` builds the
 same model as stock ``transformer``, parameter for parameter. ``transformer_lm_postln`` is
 the decoder-only language model, which none of fairseq's ``transformer_lm_*`` archs can be

@@ -15,7 +15,7 @@ Options:
   (decoder analogous), alpha = min(N/12, N^-0.15), beta = d^-0.2, per stack.
 * initialisation: ``init_style`` ``fairseq`` by default, as the authors' fork builds its layers
   (fc1/fc2 and the q/k/v biases at ``nn.Linear``'s default; the other papers' forks use
-  fairseq 0.8/0.9's Xavier ``Linear``, ``modules/init.py``). The paper's Post-LN and Pre-LN
+  fairseq 0.8/0.9's Xavier ``Linear``, ``layernorm_methods/init.py``). The paper's Post-LN and Pre-LN
   baselines come from the same fork: compare them with ``--init-style fairseq`` too.
 * ``b2t_weight_rescale`` (``--b2t-weight-rescale``): the authors' later code (2023, not in the paper)
   multiplies every non-LayerNorm weight matrix of a stack's layers by N^-0.5 (N the
