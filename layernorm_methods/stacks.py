@@ -96,9 +96,13 @@ class Encoder(EmbeddedStack):
             padding_mask = None
         else:  # fairseq zeroes the padded positions' inputs
             x = x * (1 - padding_mask.t().unsqueeze(-1).type_as(x))
+        return self.finish(self.run_layers(x, padding_mask)), padding_mask
+
+    def run_layers(self, x: Tensor, padding_mask: Tensor | None) -> Tensor:
+        """The layers in turn, (S, B, C) -> (S, B, C); a method with its own loop overrides it (DLCL)."""
         for layer in self.layers:
             x = layer(x, encoder_padding_mask=padding_mask)
-        return self.finish(x), padding_mask
+        return x
 
 
 class Decoder(EmbeddedStack):
@@ -128,7 +132,17 @@ class Decoder(EmbeddedStack):
     ) -> Tensor:
         padding_mask = prev_output_tokens.eq(self.padding_idx)
         padding_mask = padding_mask if padding_mask.any() else None
-        x = self.embed(prev_output_tokens)
-        for layer in self.layers:
-            x = layer(x, encoder_out, encoder_padding_mask, self_attn_padding_mask=padding_mask)
+        x = self.run_layers(self.embed(prev_output_tokens), encoder_out, encoder_padding_mask, padding_mask)
         return self.output_projection(self.finish(x).transpose(0, 1))
+
+    def run_layers(
+        self,
+        x: Tensor,
+        encoder_out: Tensor | None,
+        encoder_padding_mask: Tensor | None,
+        self_attn_padding_mask: Tensor | None,
+    ) -> Tensor:
+        """The layers in turn, (T, B, C) -> (T, B, C); a method with its own loop overrides it (DLCL)."""
+        for layer in self.layers:
+            x = layer(x, encoder_out, encoder_padding_mask, self_attn_padding_mask=self_attn_padding_mask)
+        return x

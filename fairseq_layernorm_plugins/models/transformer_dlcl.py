@@ -1,122 +1,30 @@
-"""DLCL (Wang et al. 2019, "Learning Deep Transformer Models for Machine Translation"): the
-dynamic linear combination of layers, on Pre-LN layers as the authors' deep models. Each
-layer's input, and the stack's output, is a learned weighted sum of every earlier layer's
-normalised output (the embedding's unnormalised),
+"""DLCL (Wang et al. 2019) as fairseq models: ``transformer_dlcl`` and
+``transformer_lm_dlcl`` (Pre-LN layers), ``transformer_dlcl_postnorm`` and
+``transformer_lm_dlcl_postnorm`` (the authors' post-norm variant, Post-LN layers), whose layers
+mix in the core's :class:`~layernorm_methods.methods.dlcl.DLCLLayerMixin` (the formulas, the
+layer history W and its LayerNorms are described there).
 
-    x_{l+1} = sum_{k=0..l} W[l, k] LN_k(y_k),    LN_0 = identity,   y_0 = the embedding
-    y_{l+1} = PreLNLayer(x_{l+1})
-    output  = LN_final(sum_{k=0..L} W[L, k] LN_k(y_k))
-
-in both stacks (the authors' code, wangqiangneu/dlcl ``modules/dlcl.py``: the embedding is not
-normalised, whatever its docstring says; ``--normalize-embedding`` there reads another name and
-never takes effect). W is (L+1) x (L+1), lower-triangular, learnable, one scalar per entry
-(``--weight-type scalar``, their default), initialised as the average (row l: 1/(l+1) for k <=
-l, ``--init-value avg``), without softmax (their default). LN_1..LN_L are new LayerNorms, one
-per layer output, following ``--norm-type``.
-
-``transformer_dlcl_postnorm`` is the authors' other variant, on Post-LN layers (their code with
-``normalize_before`` off): the sum is normalised instead of its terms, and the stack has no
-final LayerNorm of its own,
-
-    x_{l+1} = LN_l(sum_{k=0..l} W[l, k] y_k),   LN_0 = identity
-    y_{l+1} = PostLNLayer(x_{l+1})
-    output  = LN_L(sum_{k=0..L} W[L, k] y_k)
-
-The history is the stack's (``dlcl``: W and the LayerNorms) and lives for one pass as a local
-list of the stack's own layer loop: DLCL's stacks (:class:`DLCLEncoder`, :class:`DLCLDecoder`)
-run fairseq 0.12's ``forward_scriptable`` / ``extract_features_scriptable`` with that loop in
-place of fairseq's, so nothing is kept between passes (incremental decoding, a pass cut short)
-and the models script with TorchScript as fairseq's transformer does. The layers are plain
-Pre-LN (Post-LN) layers. They take no LayerDrop (a skipped layer would leave a gap in the
-history). The stack's ``layer_norm`` is :class:`DLCLOutput`, which holds the final LayerNorm
-(``layer_norm.final_norm``, checkpoints' name for it).
+DLCL's stacks (:class:`DLCLEncoder`, :class:`DLCLDecoder`) run fairseq 0.12's
+``forward_scriptable`` / ``extract_features_scriptable`` with their layer loop feeding each
+layer the core's ``LayerHistory.push`` of the outputs so far, in place of fairseq's loop; so the
+history is a local list of one pass and the models script with TorchScript as fairseq's
+transformer does. No LayerDrop (refused: a skipped layer would leave a gap in the history).
 """
 
 import torch
 from fairseq.models import register_model
-from fairseq.modules import LayerNorm
-from torch import Tensor, nn
+from torch import Tensor
 
 from fairseq_layernorm_plugins.methods import register_method
 from fairseq_layernorm_plugins.models.base import PluginTransformerModel, register_arch_family
 from fairseq_layernorm_plugins.models.base_lm import PluginTransformerLanguageModel, register_lm_arch_family
-from fairseq_layernorm_plugins.modules import PluginDecoderLayer, PluginEncoderLayer, stack_layers
+from fairseq_layernorm_plugins.modules import PluginDecoderLayer, PluginEncoderLayer
 from fairseq_layernorm_plugins.modules.stacks import (
     PluginLanguageModelDecoder,
     PluginTransformerDecoder,
     PluginTransformerEncoder,
 )
-from layernorm_methods.norms import norm_type_
-
-
-def dlcl_average_weights(num_layers):
-    """W at initialisation, (L+1, L+1): row l holds 1/(l+1) for k <= l, 0 above (Wang et al.
-    2019; wangqiangneu/dlcl ``--init-value avg``)."""
-    ones = torch.ones(num_layers + 1, num_layers + 1).tril()
-    return ones / ones.sum(dim=1, keepdim=True)
-
-
-class LayerHistory(nn.Module):
-    """One stack's DLCL parameters: W (L+1, L+1) and LN_1..LN_L (``layer_norms[k - 1]`` is
-    LN_k); ``post_norm``: the post-norm variant. A pass keeps the outputs y_0..y_l seen so far
-    in a list (pre-norm: LN_k(y_k); post-norm: y_k as they came), each (T, B, C)."""
-
-    post_norm: bool
-
-    def __init__(self, num_layers, embed_dim, cfg, post_norm=False):
-        super().__init__()
-        self.weights = nn.Parameter(dlcl_average_weights(num_layers))
-        self.layer_norms = nn.ModuleList(LayerNorm(embed_dim) for _ in range(num_layers))
-        norm_type_(self.layer_norms, cfg, [str(index) for index in range(num_layers)])
-        self.post_norm = post_norm
-
-    def combine(self, kept: list[Tensor]) -> Tensor:
-        """sum_{k<=l} W[l, k] kept[k] for the l + 1 outputs kept (Wang et al. 2019;
-        wangqiangneu/dlcl ``pop``), before any LN_l of the post-norm variant."""
-        row = len(kept) - 1
-        total = self.weights[row, 0] * kept[0]
-        for k in range(1, len(kept)):
-            total = total + self.weights[row, k] * kept[k]
-        return total
-
-
-class DLCLOutput(nn.Module):
-    """The stack's ``layer_norm``: its final LayerNorm on the combined history, pre-norm
-    LN_final(sum_{k<=L} W[L, k] LN_k(y_k)); post-norm none (``final_norm`` None: the history
-    already ends in LN_L). The stack's loop has combined the history.
-
-    Input (T, B, C); output (T, B, C)."""
-
-    def __init__(self, final_norm):
-        super().__init__()
-        self.final_norm = final_norm
-
-    def forward(self, x: Tensor) -> Tensor:
-        if self.final_norm is None:
-            return x
-        return self.final_norm(x)
-
-
-class DLCLLayerMixin:
-    """Layers of a DLCL stack (:class:`DLCLStack`): ``init_stack_`` gives the stack its history
-    and output; pre-norm on Pre-LN layers, post-norm on Post-LN ones."""
-
-    @classmethod
-    def init_stack_(cls, stack_module, cfg, stack):
-        super().init_stack_(stack_module, cfg, stack)
-        if not isinstance(stack_module, DLCLStack):
-            raise TypeError(
-                f"{cls.__name__} feeds its layers from the stack's history: build it in a DLCL stack "
-                f"(DLCLEncoder, DLCLDecoder, DLCLLanguageModelDecoder), not {type(stack_module).__name__}"
-            )
-        stack_layers(stack_module)  # layers FSDP wrapped refused, as ever (DLCL never ran under FSDP)
-        post_norm = not (cfg.encoder if stack.kind == "encoder" else cfg.decoder).normalize_before
-        stack_module.dlcl = LayerHistory(stack.num_layers, stack.embed_dim, cfg, post_norm)
-        stack_module.layer_norm = DLCLOutput(stack_module.layer_norm)
-
-
-class DLCLStack:
-    """Marks a stack whose layer loop is DLCL's (:class:`DLCLEncoder`, :class:`DLCLDecoder`)."""
+from layernorm_methods.methods.dlcl import DLCLLayerMixin, DLCLStack, dlcl_defaults, dlcl_postnorm_defaults
 
 
 class DLCLEncoder(DLCLStack, PluginTransformerEncoder):
@@ -149,11 +57,11 @@ class DLCLEncoder(DLCLStack, PluginTransformerEncoder):
         if return_all_hiddens:
             encoder_states.append(x)
 
-        # DLCL: the layers, each fed from the history (y_0 = the embedding, LN_0 the identity)
+        # DLCL: the layers, each fed from the history (the core's LayerHistory.push)
         history = self.dlcl
-        kept: list[Tensor] = [x]
-        x = history.combine(kept)
-        for layer, norm in zip(self.layers, history.layer_norms):
+        kept: list[Tensor] = []
+        x = history.push(kept, x)  # y_0 = the embedding
+        for layer in self.layers:
             lr = layer(x, encoder_padding_mask=encoder_padding_mask if has_pads else None)
             if isinstance(lr, tuple) and len(lr) == 2:
                 y, fc_result = lr
@@ -164,12 +72,7 @@ class DLCLEncoder(DLCLStack, PluginTransformerEncoder):
                 assert encoder_states is not None
                 encoder_states.append(y)
                 fc_results.append(fc_result)
-            if history.post_norm:
-                kept.append(y)
-                x = norm(history.combine(kept))
-            else:
-                kept.append(norm(y))
-                x = history.combine(kept)
+            x = history.push(kept, y)
 
         # fairseq 0.12 from here
         if self.layer_norm is not None:
@@ -239,14 +142,14 @@ class DLCLDecoderMixin(DLCLStack):
         if self.cross_self_attention or prev_output_tokens.eq(self.padding_idx).any():
             self_attn_padding_mask = prev_output_tokens.eq(self.padding_idx)
 
-        # DLCL: the layers, each fed from the history (y_0 = the embedding, LN_0 the identity)
+        # DLCL: the layers, each fed from the history (the core's LayerHistory.push)
         attn: Tensor | None = None
         inner_states: list[Tensor | None] = [x]
         history = self.dlcl
-        kept: list[Tensor] = [x]
-        x = history.combine(kept)
+        kept: list[Tensor] = []
+        x = history.push(kept, x)  # y_0 = the embedding
         idx = 0
-        for layer, norm in zip(self.layers, history.layer_norms):
+        for layer in self.layers:
             if incremental_state is None and not full_context_alignment:
                 self_attn_mask = self.buffered_future_mask(x)
             else:
@@ -264,12 +167,7 @@ class DLCLDecoderMixin(DLCLStack):
             inner_states.append(y)
             if layer_attn is not None and idx == alignment_layer:
                 attn = layer_attn.float().to(y)
-            if history.post_norm:
-                kept.append(y)
-                x = norm(history.combine(kept))
-            else:
-                kept.append(norm(y))
-                x = history.combine(kept)
+            x = history.push(kept, y)
             idx += 1
 
         # fairseq 0.12 from here
@@ -348,14 +246,6 @@ class TransformerDLCLPostNormLanguageModel(TransformerDLCLLanguageModel):
     """Post-LN decoder-only language model with post-norm DLCL."""
 
     incompatible_flags = POSTNORM_INCOMPATIBLE
-
-
-def dlcl_defaults(args):
-    """DLCL (Wang et al. 2019): each layer's input a learned sum of every earlier LN'd output."""
-
-
-def dlcl_postnorm_defaults(args):
-    """DLCL post-norm (Wang et al. 2019): each layer's input LN of a learned sum of every earlier output."""
 
 
 ARCHS = register_arch_family("transformer_dlcl", dlcl_defaults, normalize_before=True)
