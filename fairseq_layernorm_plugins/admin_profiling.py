@@ -1,4 +1,7 @@
-"""Admin's profiling, inside the same ``fairseq-train`` run (Liu et al. 2020, Sec. 4.3).
+"""Admin's profiling, inside the same ``fairseq-train`` run (Liu et al. 2020, Sec. 4.3): the
+core's rule (:mod:`layernorm_methods.admin`) on fairseq's training batches; here only what
+fairseq needs around it (LayerDrop off for the pass, samples' ``net_input`` and padding masks,
+the Trainer hook, checkpoints, the json report, the DDP broadcast).
 
 The authors' code needs a separate profiling run that writes ``profile.ratio.init``
 and a file at decode time. Here profiling happens just before fairseq builds its
@@ -14,14 +17,11 @@ iterator, the run's seed) and omega is then broadcast from rank 0, so all ranks
 start identical.
 """
 
-import copy
 import json
 import logging
-import math
 import os
 import time
 from pathlib import Path
-from typing import NamedTuple
 
 import torch
 from fairseq import utils
@@ -29,61 +29,10 @@ from fairseq.modules import LayerDropModuleList
 
 from fairseq_layernorm_plugins import _compat
 from fairseq_layernorm_plugins.atomic import write_json
-from fairseq_layernorm_plugins.modules.stacks import stack_layers
+from layernorm_methods import admin as core_admin
+from layernorm_methods.admin import admin_layers, set_omegas_
 
 logger = logging.getLogger(__name__)
-
-
-def admin_next_omega(var_scaled_input, var_branch):
-    """The running ratio after sub-layer i, the next sub-layer's omega:
-    sqrt(Var(x_{i-1} * omega_i) + Var(f_i)) (Liu et al. 2020, Sec. 4.3; Transformer-Clinic)."""
-    return math.sqrt(var_scaled_input + var_branch)
-
-
-class ProfileRow(NamedTuple):
-    """One sub-layer of a profiling pass: its layer (the module during the pass, its index in
-    the report), its sub-layer index from 0, Var(x * omega), Var(f) and the omega it used."""
-
-    layer: object
-    sublayer: int
-    var_input: float
-    var_branch: float
-    omega: float
-
-
-class AdminProfile:
-    """One stack's state during a sequential profiling pass: the running ratio (the next
-    sub-layer's omega, 1.0 at the start) and one :class:`ProfileRow` per sub-layer in forward
-    order.
-
-    ``padding_mask`` (B, T) True at padding excludes those positions from the variances
-    (``--admin-profile-mask-padding``); None includes them, as the authors' code."""
-
-    def __init__(self, padding_mask=None):
-        self.ratio = 1.0
-        self.rows = []
-        self.keep = None if padding_mask is None else ~padding_mask.t().unsqueeze(-1)  # (T, B, 1)
-
-    def variance(self, t):
-        """One scalar over the whole (T, B, C) tensor, np.var as the authors (population variance)."""
-        t = t.detach().float()
-        if self.keep is not None:
-            t = t.masked_select(self.keep.expand_as(t))
-        return t.var(unbiased=False).item()
-
-    def step(self, layer, sublayer, scaled_input, branch):
-        """Record sub-layer ``sublayer`` (from 0) and advance the running ratio."""
-        var_input, var_branch = self.variance(scaled_input), self.variance(branch)
-        self.rows.append(ProfileRow(layer, sublayer, var_input, var_branch, self.ratio))
-        self.ratio = admin_next_omega(var_input, var_branch)
-
-
-def admin_layers(model):
-    """{"encoder" | "decoder": every layer of the stack, LayerDrop or not}, for each stack of
-    ``model`` whose layers are Admin's (they hold ``omega``)."""
-    stacks = {name: getattr(model, name, None) for name in ("encoder", "decoder")}
-    layers = {name: stack_layers(stack) for name, stack in stacks.items() if hasattr(stack, "layers")}
-    return {name: found for name, found in layers.items() if found and all(hasattr(x, "omega") for x in found)}
 
 
 def profiles(model):
@@ -103,101 +52,29 @@ def require_trainer_hook():
     _compat.apply("admin_profiling", maybe_profile)
 
 
-def profile_admin_(model, batches, mask_padding=False):
-    """Admin's profiling (see :mod:`fairseq_layernorm_plugins.models.transformer_admin`):
-    each of ``batches`` (fairseq samples) goes through ``model`` in train mode in one
-    sequential pass per batch, with every layer run (LayerDrop off); each omega is set to
-    the mean of its per-batch values. Returns {"encoder" | "decoder": [one row per
-    sub-layer: layer, sublayer, var_input (Var(x * omega)), var_branch, omega]}, the
-    variances averaged over the batches."""
-    stacks = admin_layers(model)
+def profile_admin_(model, samples, mask_padding=False, precision="fp32"):
+    """Admin's profiling of a fairseq model on fairseq ``samples``: the core's
+    :func:`layernorm_methods.admin.profile_admin_` (the authors' sequential rule, omega the
+    mean over the samples, in ``precision``) with each sample's ``net_input``, every layer run
+    (LayerDrop off for the pass) and, with ``mask_padding``, the padding masks fairseq's stacks
+    compute (:func:`padding_masks`). Returns the core's report, {"encoder" | "decoder": [one row
+    per sub-layer: layer, sublayer, var_input (Var(x * omega)), var_branch, omega]}."""
     stack_modules = [getattr(model, name, None) for name in ("encoder", "decoder")]
     layerdrop = [s.layers for s in stack_modules if isinstance(getattr(s, "layers", None), LayerDropModuleList)]
     saved_p = [layers.p for layers in layerdrop]
-    was_training = model.training
-    per_batch = {stack: [] for stack in stacks}
-    with torch.no_grad():
-        model.train()  # the authors profile with dropout on
-        for layers in layerdrop:
-            layers.p = -1.0  # uniform draws are >= 0 > p: every layer runs
-        try:
-            for sample in batches:
-                profiles = {
-                    stack: AdminProfile(padding_masks(model, sample)[stack] if mask_padding else None)
-                    for stack in stacks
-                }
-                for stack, layers in stacks.items():
-                    for layer in layers:
-                        layer.profile = profiles[stack]
-                model(**sample["net_input"])
-                for stack, profile in profiles.items():
-                    per_batch[stack].append(profile.rows)
-        finally:
-            for layers in stacks.values():
-                for layer in layers:
-                    layer.profile = None
-            for layers, p in zip(layerdrop, saved_p):
-                layers.p = p
-            model.train(was_training)
-        report = {}
-        for stack, layers in stacks.items():
-            index = {id(layer): i for i, layer in enumerate(layers)}
-            expected = sum(layer.num_sublayers for layer in layers)
-            if any(len(rows) != expected for rows in per_batch[stack]):
-                raise RuntimeError(
-                    f"Admin profiling: the {stack} ran {len(per_batch[stack][0])} of {expected} sub-layers"
-                )
-            report[stack] = []
-            for position, row in enumerate(per_batch[stack][0]):
-                batches = [rows[position] for rows in per_batch[stack]]
-
-                def mean(field, batches=batches):
-                    return sum(getattr(r, field) for r in batches) / len(batches)
-
-                row.layer.omega[row.sublayer].fill_(mean("omega"))
-                report[stack].append(
-                    {
-                        "layer": index[id(row.layer)],
-                        "sublayer": row.sublayer,
-                        "var_input": mean("var_input"),
-                        "var_branch": mean("var_branch"),
-                        "omega": mean("omega"),
-                    }
-                )
-    return report
-
-
-HALF = {"fp16": torch.float16, "bf16": torch.bfloat16}
-
-
-def profile_in_precision_(model, batches, precision="fp32", mask_padding=False):
-    """:func:`profile_admin_` in ``precision``: fp32 on ``model`` itself; fp16 / bf16 on a half
-    copy (the authors profile inside an ``--fp16`` run), whose omegas, as computed (Python
-    floats), are then set in ``model``. Returns the profile report."""
-    if precision == "fp32":
-        return profile_admin_(model, batches, mask_padding)
-    report = profile_admin_(copy.deepcopy(model).to(HALF[precision]), batches, mask_padding)
-    set_omegas_(model, report)
-    return report
-
-
-def set_omegas_(model, report, source="profile"):
-    """Set every omega of ``model`` from a profile report ({"encoder" | "decoder": rows of
-    layer, sublayer, omega}, as :func:`profile_admin_` returns and ``--admin-profile-json``
-    writes); ``source`` names it in the error when the report does not fit the model."""
-    stacks = admin_layers(model)
-    for stack, layers in stacks.items():
-        rows = report.get(stack) if isinstance(report, dict) else None
-        expected = [(i, k) for i, layer in enumerate(layers) for k in range(layer.num_sublayers)]
-        if not isinstance(rows, list) or [(r.get("layer"), r.get("sublayer")) for r in rows] != expected:
-            raise ValueError(
-                f"{source}: its {stack} rows are not this model's {len(expected)} {stack} sub-layers "
-                f"({len(layers)} layers)"
-            )
-    with torch.no_grad():
-        for stack, layers in stacks.items():
-            for row in report[stack]:
-                layers[row["layer"]].omega[row["sublayer"]].fill_(float(row["omega"]))
+    for layers in layerdrop:
+        layers.p = -1.0  # uniform draws are >= 0 > p: every layer runs
+    try:
+        return core_admin.profile_admin_(
+            model,
+            samples,
+            run=lambda model, sample: model(**sample["net_input"]),
+            padding_masks=padding_masks if mask_padding else None,
+            precision=precision,
+        )
+    finally:
+        for layers, p in zip(layerdrop, saved_p):
+            layers.p = p
 
 
 def omegas_from_file_(model, path):
@@ -315,11 +192,11 @@ def set_initial_omegas_(cfg, task, model):
     if torch.cuda.is_available() and not cfg.common.cpu:
         model.cuda()
     start = time.perf_counter()
-    report = profile_in_precision_(
+    report = profile_admin_(
         model,
         profiling_batches(cfg, task, model, args.admin_profile_batches),
-        getattr(args, "admin_profile_precision", "fp32"),
         args.admin_profile_mask_padding,
+        getattr(args, "admin_profile_precision", "fp32"),
     )
     seconds = time.perf_counter() - start
     if torch.distributed.is_available() and torch.distributed.is_initialized():

@@ -26,7 +26,8 @@ import math
 import torch
 from fairseq import options, tasks
 
-from fairseq_layernorm_plugins.admin_profiling import admin_layers, profiles, set_initial_omegas_
+from fairseq_layernorm_plugins.admin_profiling import profiles, set_initial_omegas_
+from layernorm_methods.admin import admin_layers
 
 
 def training_args(data_bin, arch, *overrides):

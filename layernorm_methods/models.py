@@ -30,6 +30,9 @@ def configure(
             f"{method}: unknown option(s) {unknown}; settings: {', '.join(SETTINGS)}; "
             f"the method's: {', '.join(chosen.options) or 'none'}"
         )
+    for name, why in chosen.refuses.items():
+        if given.get(name):
+            raise ValueError(f"{method}: drop {name} ({why})")
     args = SimpleNamespace(**given)
     chosen.defaults(args)  # as the method's fairseq architectures: given values win
     sizes = dict(embed_dim=embed_dim, ffn_embed_dim=ffn_embed_dim, attention_heads=attention_heads)

@@ -5,7 +5,7 @@ placement, from which the core builds its encoder and decoder layer classes."""
 import functools
 import importlib
 import pkgutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 from layernorm_methods.layers import DecoderLayer, EncoderLayer
@@ -23,7 +23,8 @@ class CoreMethod:
     sets the method's options where ``cfg`` lacks them (``cfg.x = getattr(cfg, "x", default)``),
     the function its fairseq architectures call; ``normalize_before``: True for the Pre-LN
     family, False for the Post-LN family; ``encoder_cls`` / ``decoder_cls``: the stack classes
-    (a method with its own stack loop, DLCL, gives its own)."""
+    (a method with its own stack loop, DLCL, gives its own); ``refuses``: {setting: why} for
+    the settings the method cannot honour (``configure`` refuses them set)."""
 
     name: str
     mixin: type
@@ -31,6 +32,7 @@ class CoreMethod:
     normalize_before: bool = False
     encoder_cls: type = Encoder
     decoder_cls: type = Decoder
+    refuses: dict = field(default_factory=dict)
 
     @functools.cached_property
     def encoder_layer(self):
@@ -53,9 +55,10 @@ class CoreMethod:
 METHODS = {}  # name -> CoreMethod
 
 
-def register(name, mixin, defaults=no_defaults, normalize_before=False, **stacks):
-    """Register a method of the core (from its module under ``methods/``); returns it."""
-    METHODS[name] = CoreMethod(name, mixin, defaults, normalize_before, **stacks)
+def register(name, mixin, defaults=no_defaults, normalize_before=False, **more):
+    """Register a method of the core (from its module under ``methods/``); returns it.
+    ``more``: :class:`CoreMethod`'s ``encoder_cls``, ``decoder_cls``, ``refuses``."""
+    METHODS[name] = CoreMethod(name, mixin, defaults, normalize_before, **more)
     return METHODS[name]
 
 

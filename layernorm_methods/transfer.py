@@ -24,7 +24,7 @@ def configure_like(method, args, kind="translation"):
     namespace, architecture defaults applied; a checkpoint's ``args``) builds: ``kind``
     ``translation`` (``transformer_<method>``) or ``lm`` (``transformer_lm_<method>``).
     ValueError for what the core does not build (unequal encoder and decoder widths, learned
-    positions, adaptive input or softmax)."""
+    positions, adaptive input or softmax, LayerDrop, quantisation noise)."""
     from layernorm_methods.models import SETTINGS, configure
     from layernorm_methods.registry import get
 
@@ -35,6 +35,9 @@ def configure_like(method, args, kind="translation"):
             )
     if getattr(args, "adaptive_softmax_cutoff", None):
         raise ValueError("the core models have a plain output projection: not --adaptive-softmax-cutoff")
+    for flag in ("encoder_layerdrop", "decoder_layerdrop", "quant_noise_pq"):
+        if getattr(args, flag, 0):
+            raise ValueError(f"the core models run every layer, unquantised: not --{flag.replace('_', '-')}")
     sides = ("decoder",) if kind == "lm" else ("encoder", "decoder")
     sizes = {}
     for size in ("embed_dim", "ffn_embed_dim", "attention_heads"):

@@ -24,7 +24,7 @@ from fairseq_layernorm_plugins.modules.stacks import (
     PluginTransformerDecoder,
     PluginTransformerEncoder,
 )
-from layernorm_methods.methods.dlcl import DLCLLayerMixin, DLCLStack, dlcl_defaults, dlcl_postnorm_defaults
+from layernorm_methods.methods.dlcl import FINAL_NORM, DLCLLayerMixin, DLCLStack, dlcl_defaults, dlcl_postnorm_defaults
 
 
 class DLCLEncoder(DLCLStack, PluginTransformerEncoder):
@@ -209,7 +209,7 @@ class DLCLModel:
     incompatible_flags = {
         "encoder_layerdrop": "every layer's output is part of the history",
         "decoder_layerdrop": "every layer's output is part of the history",
-        "no_decoder_final_norm": "the stack's output is LN_final of its combined history",
+        **FINAL_NORM,
     }
 
 

@@ -10,8 +10,9 @@ from fairseq_layernorm_plugins.methods import register_method
 from fairseq_layernorm_plugins.models.base import PluginTransformerModel, register_arch_family
 from fairseq_layernorm_plugins.models.base_lm import PluginTransformerLanguageModel, register_lm_arch_family
 from fairseq_layernorm_plugins.models.base_s2t import PluginS2TTransformerModel, register_s2t_arch_family
+from fairseq_layernorm_plugins.models.family import NORM_PLACEMENT
 from fairseq_layernorm_plugins.modules import PluginDecoderLayer, PluginEncoderLayer
-from layernorm_methods.methods.rezero import ReZeroLayerMixin, rezero_defaults
+from layernorm_methods.methods.rezero import NO_LAYER_NORM, ReZeroLayerMixin, rezero_defaults
 
 
 class ReZeroEncoderLayer(ReZeroLayerMixin, PluginEncoderLayer):
@@ -22,9 +23,7 @@ class ReZeroDecoderLayer(ReZeroLayerMixin, PluginDecoderLayer):
     """ReZero's decoder layer."""
 
 
-NO_NORM = dict.fromkeys(
-    ("encoder_normalize_before", "decoder_normalize_before", "layernorm_embedding"), "ReZero has no LayerNorm"
-)
+NO_NORM = {**dict.fromkeys(NORM_PLACEMENT, NO_LAYER_NORM["layernorm_embedding"]), **NO_LAYER_NORM}
 
 
 @register_model("transformer_rezero")

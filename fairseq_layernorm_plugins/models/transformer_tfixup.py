@@ -10,8 +10,9 @@ from fairseq.models import register_model
 from fairseq_layernorm_plugins.methods import register_method
 from fairseq_layernorm_plugins.models.base import PluginTransformerModel, register_arch_family
 from fairseq_layernorm_plugins.models.base_lm import PluginTransformerLanguageModel, register_lm_arch_family
+from fairseq_layernorm_plugins.models.family import NORM_PLACEMENT
 from fairseq_layernorm_plugins.modules import PluginDecoderLayer, PluginEncoderLayer
-from layernorm_methods.methods.tfixup import TFIXUP_QKV_BIASES, TFixupLayerMixin, tfixup_defaults
+from layernorm_methods.methods.tfixup import NO_LAYER_NORM, TFIXUP_QKV_BIASES, TFixupLayerMixin, tfixup_defaults
 
 
 class TFixupEncoderLayer(TFixupLayerMixin, PluginEncoderLayer):
@@ -25,9 +26,7 @@ class TFixupDecoderLayer(TFixupLayerMixin, PluginDecoderLayer):
 class TFixupModel:
     """What T-Fixup adds to a model of any kind: its option, no LayerNorm anywhere."""
 
-    incompatible_flags = dict.fromkeys(
-        ("encoder_normalize_before", "decoder_normalize_before", "layernorm_embedding"), "T-Fixup has no LayerNorm"
-    )
+    incompatible_flags = {**dict.fromkeys(NORM_PLACEMENT, NO_LAYER_NORM["layernorm_embedding"]), **NO_LAYER_NORM}
 
     @staticmethod
     def add_method_args(parser):

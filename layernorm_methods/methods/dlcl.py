@@ -180,5 +180,6 @@ def dlcl_postnorm_defaults(args):
 
 
 STACKS = dict(encoder_cls=DLCLEncoder, decoder_cls=DLCLDecoder)
-METHOD = register("dlcl", DLCLLayerMixin, dlcl_defaults, normalize_before=True, **STACKS)
+FINAL_NORM = {"no_decoder_final_norm": "the stack's output is LN_final of its combined history"}
+METHOD = register("dlcl", DLCLLayerMixin, dlcl_defaults, normalize_before=True, refuses=FINAL_NORM, **STACKS)
 POSTNORM_METHOD = register("dlcl_postnorm", DLCLLayerMixin, dlcl_postnorm_defaults, normalize_before=False, **STACKS)

@@ -35,4 +35,5 @@ def rezero_defaults(args):
     args.layernorm_embedding = getattr(args, "layernorm_embedding", False)
 
 
-METHOD = register("rezero", ReZeroLayerMixin, rezero_defaults, normalize_before=False)
+NO_LAYER_NORM = {"layernorm_embedding": "ReZero has no LayerNorm"}
+METHOD = register("rezero", ReZeroLayerMixin, rezero_defaults, normalize_before=False, refuses=NO_LAYER_NORM)

@@ -122,4 +122,5 @@ def tfixup_defaults(args):
     args.tfixup_qkv_bias = getattr(args, "tfixup_qkv_bias", None) or "fork"
 
 
-METHOD = register("tfixup", TFixupLayerMixin, tfixup_defaults, normalize_before=False)
+NO_LAYER_NORM = {"layernorm_embedding": "T-Fixup has no LayerNorm"}
+METHOD = register("tfixup", TFixupLayerMixin, tfixup_defaults, normalize_before=False, refuses=NO_LAYER_NORM)
