@@ -196,6 +196,22 @@ def tiny_data_bin(tmp_path_factory):
     return root / "bin"
 
 
+@pytest.fixture(scope="session")
+def joined_data_bin(tmp_path_factory):
+    """The reversal task with one dictionary for source and target (``--share-all-embeddings``),
+    made by the real ``fairseq-preprocess --joined-dictionary`` (in this process)."""
+    root = tmp_path_factory.mktemp("joined")
+    write_reversal_task(root)
+    run_cli(
+        "fairseq-preprocess",
+        *("--source-lang", "src", "--target-lang", "tgt", "--joined-dictionary"),
+        *("--trainpref", root / "train", "--validpref", root / "valid", "--destdir", root / "bin"),
+        *("--workers", "1"),
+        in_process=True,
+    )
+    return root / "bin"
+
+
 LM_WORDS = "the a one two three four five six seven eight nine ten red green blue cat dog sat ran on".split()
 
 

@@ -8,11 +8,9 @@ import math
 
 import pytest
 import torch
-from conftest import run_cli
 from helpers.core_equality import assert_same
 
 import layernorm_methods
-from fairseq_layernorm_plugins.prepare.toy import write_reversal_task
 
 D, FFN, HEADS = 256, 512, 4  # wide enough that a pooled std is within ~1% of its expectation
 VOCAB = 1000
@@ -40,24 +38,9 @@ def test_language_models_match(lm_data_bin, method):
     assert_same(lm_data_bin, method, "lm")
 
 
-@pytest.fixture(scope="module")
-def joined_bin(tmp_path_factory):
-    """The reversal task with one dictionary for source and target (``--share-all-embeddings``)."""
-    root = tmp_path_factory.mktemp("joined")
-    write_reversal_task(root)
-    run_cli(
-        "fairseq-preprocess",
-        *("--source-lang", "src", "--target-lang", "tgt", "--joined-dictionary"),
-        *("--trainpref", root / "train", "--validpref", root / "valid", "--destdir", root / "bin"),
-        *("--workers", "1"),
-        in_process=True,
-    )
-    return root / "bin"
-
-
-def test_tfixup_shared_embeddings_match(joined_bin):
+def test_tfixup_shared_embeddings_match(joined_data_bin):
     """One embedding matrix for both stacks (scaled once, by the encoder's factor)."""
-    assert_same(joined_bin, "tfixup", "translation", "--share-all-embeddings")
+    assert_same(joined_data_bin, "tfixup", "translation", "--share-all-embeddings")
 
 
 # --- the core's own initialisation, against the papers' factors

@@ -4,9 +4,8 @@ import math
 
 import pytest
 import torch
-from conftest import build, run_cli
+from conftest import build
 
-from fairseq_layernorm_plugins.prepare.toy import write_reversal_task
 from layernorm_methods.methods.tfixup import (
     tfixup_decoder_scale,
     tfixup_encoder_embedding_scale,
@@ -95,31 +94,8 @@ def test_embedding_std(model, stack, factor):
     assert rows.std().item() == pytest.approx(D**-0.5 * factor, rel=0.05)
 
 
-@pytest.fixture(scope="module")
-def joined_bin(tmp_path_factory):
-    root = tmp_path_factory.mktemp("joined")
-    write_reversal_task(root)
-    run_cli(
-        "fairseq-preprocess",
-        "--source-lang",
-        "src",
-        "--target-lang",
-        "tgt",
-        "--joined-dictionary",
-        "--trainpref",
-        root / "train",
-        "--validpref",
-        root / "valid",
-        "--destdir",
-        root / "bin",
-        "--workers",
-        "1",
-    )
-    return root / "bin"
-
-
-def test_shared_embeddings_scaled_once_by_the_encoder_factor(joined_bin):
-    model = build(joined_bin, "transformer_tfixup_iwslt_de_en", *DIMS, "--share-all-embeddings")[0]
+def test_shared_embeddings_scaled_once_by_the_encoder_factor(joined_data_bin):
+    model = build(joined_data_bin, "transformer_tfixup_iwslt_de_en", *DIMS, "--share-all-embeddings")[0]
     embed = model.encoder.embed_tokens
     assert embed.weight is model.decoder.embed_tokens.weight
     rows = torch.cat([embed.weight[: embed.padding_idx], embed.weight[embed.padding_idx + 1 :]]).detach()
