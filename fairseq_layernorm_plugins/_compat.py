@@ -107,7 +107,7 @@ import sys
 # fairseq 0.12.2 (official, Python < 3.11) and fairseq-fixed 0.12.3.1 (fairseq main with
 # the Python 3.11 fixes; it reports its version as 0.12.3) are the supported releases.
 SUPPORTED_FAIRSEQ = ("0.12.2", "0.12.3")
-INSTALL_HINT = "run `bash scripts/setup_env.sh` (or `pip install -e .` in this repository)"
+INSTALL_HINT = "run `bash scripts/setup_env.sh` (or `pip install -e '.[fairseq]'` in this repository)"
 
 
 class UnsupportedFairseqError(ImportError):

@@ -3,6 +3,8 @@ names and initialisation (``k_proj``, ``v_proj``, ``q_proj``, ``out_proj``; q/k/
 at gain 1/sqrt(2) when their widths agree, ``out_proj`` Xavier-uniform with a zero bias), so a
 fairseq model's weights load unchanged."""
 
+from __future__ import annotations  # `X | None` annotations on Python 3.9
+
 import math
 
 import torch

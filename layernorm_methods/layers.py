@@ -11,6 +11,8 @@ these layers and the fairseq plugin's (``fairseq_layernorm_plugins/modules/layer
 * ``init_stack_(stack_module, cfg, stack)`` (a classmethod): per stack, once all its layers exist.
 """
 
+from __future__ import annotations  # `X | None` annotations on Python 3.9
+
 from dataclasses import dataclass
 
 import torch.nn.functional as F

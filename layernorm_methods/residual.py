@@ -16,6 +16,8 @@ leaves nothing behind; TorchScript cannot compile that hook (fairseq passes the 
 keyword arguments), so scripting removes it and a scripted layer counts by the wrap alone.
 """
 
+from typing import Optional
+
 import torch.nn as nn
 from torch import Tensor
 
@@ -34,7 +36,7 @@ class SublayerResidualMixin:
 
     num_sublayers: int
     sublayer: int
-    layer_input: Tensor | None
+    layer_input: Optional[Tensor]  # evaluated at class creation (and by TorchScript): not `Tensor | None` on 3.9
 
     def method_init_(self, cfg, stack):
         self.num_sublayers = 3 if getattr(self, "encoder_attn", None) is not None else 2

@@ -4,6 +4,8 @@ sinusoidal positions, dropout, the layers, the final LayerNorm of a Pre-LN stack
 decoder) the output projection; the same sub-module names, so fairseq's weights load as they
 are (``transfer.py``)."""
 
+from __future__ import annotations  # `X | None` annotations on Python 3.9
+
 import math
 
 import torch

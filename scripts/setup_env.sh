@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Create .venv and install the package (editable) with every extra, applying
-# constraints.txt to all pip calls, build environments included.
+# constraints.txt to all pip calls, build environments included. The `fairseq` extra (the
+# plugin's dependencies; the core, layernorm_methods, needs torch alone) is always installed.
 # Idempotent: a second run only checks a stamp and returns.
 #   VENV=path  where to create the environment (default: .venv)
-#   EXTRAS=... which extras to install (default: test,plots,slurm,tensorboard,spm,rouge-perl,speech)
+#   EXTRAS=... which extras to install besides `fairseq` (default: test,plots,slurm,tensorboard,spm,rouge-perl,speech)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
@@ -37,7 +38,7 @@ if [ "$(cat "$built/BUILT_AGAINST" 2>/dev/null)" != "$against" ] || ! ls "$built
     "${pip[@]}" --no-deps --force-reinstall "$built"/fairseq_fixed-*.whl  # this build, not one installed earlier
 fi
 "${pip[@]}" --no-deps "$built"/fairseq_fixed-*.whl
-"${pip[@]}" -e ".[${EXTRAS}]"
+"${pip[@]}" -e ".[fairseq${EXTRAS:+,$EXTRAS}]"
 "$VENV/bin/python" -c "import fairseq_layernorm_plugins" 
 echo "$want" > "$stamp"
 echo "setup_env: installed into $VENV in $(( $(date +%s) - start )) s"
