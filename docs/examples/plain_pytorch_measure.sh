@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# The measurements of docs/plain_pytorch.md (METHODS="preln b2t admin deepnet"; logs in runs/plain_pytorch/): each method through the core example and through
-# fairseq-train, one run at a time, one thread each; a finished run (its log ends in "wall_s") is skipped.
+# The measurements of docs/plain_pytorch.md: each method of METHODS through the core example
+# (plain_pytorch_lm.py) and through fairseq-train (plain_pytorch_lm_fairseq.sh), one run at a
+# time, one thread each, logs in runs/plain_pytorch/; a finished run (its log ends in "wall_s")
+# is skipped, so a second call resumes. Needs data/wikitext-2/bin (fairseq-ln-prepare wikitext2).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export PATH=$PWD/.venv/bin:$PATH OMP_NUM_THREADS=1
 out=runs/plain_pytorch
-for method in ${METHODS:-preln b2t}; do
+for method in ${METHODS:-preln b2t admin deepnet}; do
     for side in core fairseq; do
         log=$out/${side}_$method.log
         grep -q '^wall_s' "$log" 2>/dev/null && continue

@@ -33,6 +33,8 @@ script with TorchScript. The layers are plain Pre-LN (Post-LN) layers. They take
 name for it).
 """
 
+from typing import Optional
+
 import torch
 from torch import Tensor, nn
 
@@ -141,7 +143,7 @@ class DLCLEncoder(DLCLStack, Encoder):
 
     Input ``src_tokens`` (B, S); output ``(x (S, B, C), padding mask (B, S) or None)``."""
 
-    def run_layers(self, x: Tensor, padding_mask: Tensor | None) -> Tensor:
+    def run_layers(self, x: Tensor, padding_mask: Optional[Tensor]) -> Tensor:
         history, kept = self.dlcl, []
         x = history.push(kept, x)  # y_0 = the embedding
         for layer in self.layers:
@@ -159,9 +161,9 @@ class DLCLDecoder(DLCLStack, Decoder):
     def run_layers(
         self,
         x: Tensor,
-        encoder_out: Tensor | None,
-        encoder_padding_mask: Tensor | None,
-        self_attn_padding_mask: Tensor | None,
+        encoder_out: Optional[Tensor],
+        encoder_padding_mask: Optional[Tensor],
+        self_attn_padding_mask: Optional[Tensor],
     ) -> Tensor:
         history, kept = self.dlcl, []
         x = history.push(kept, x)  # y_0 = the embedding
