@@ -12,10 +12,13 @@ built from a method's name. The fairseq plugin's architectures mix in the same m
 Layout: ``config.py`` (the settings, fairseq's names), ``attention.py`` (torch's
 ``scaled_dot_product_attention``), ``layers.py`` (encoder/decoder layers with fairseq's hooks),
 ``stacks.py``, ``models.py``, ``methods/`` (one module per method), ``registry.py``,
-``transfer.py`` (a fairseq model's weights in a core model).
+``transfer.py`` (a fairseq model's weights in a core model), ``admin.py`` (Admin's profiling of any
+model built from these layers).
 """
 
+from layernorm_methods.admin import profile_admin_
 from layernorm_methods.config import StackConfig, TransformerConfig
+from layernorm_methods.layers import DecoderLayer, EncoderLayer, Stack
 from layernorm_methods.models import (
     EncoderDecoderModel,
     LanguageModel,
@@ -28,8 +31,11 @@ from layernorm_methods.registry import method_names
 from layernorm_methods.transfer import load_fairseq_state_dict
 
 __all__ = [
+    "DecoderLayer",
     "EncoderDecoderModel",
+    "EncoderLayer",
     "LanguageModel",
+    "Stack",
     "StackConfig",
     "TransformerConfig",
     "build_language_model",
@@ -38,5 +44,6 @@ __all__ = [
     "get_method",
     "load_fairseq_state_dict",
     "method_names",
+    "profile_admin_",
 ]
 __version__ = "0.1.0"

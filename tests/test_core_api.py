@@ -69,3 +69,24 @@ def test_a_fairseq_model_the_core_cannot_build_is_refused(tiny_data_bin, flags, 
     args = parse(tiny_data_bin, "transformer_preln", *TINY_MODEL, *flags)
     with pytest.raises(ValueError, match=named):
         configure_like("preln", args)
+
+
+def test_a_layer_on_its_own_is_the_methods_layer():
+    """A single layer from the method's name, as the docs show: B2T's decoder-only block adds the
+    layer's input at its last sub-layer (Takase et al. 2023, Eq. 5), recomputed here."""
+    import torch
+
+    from layernorm_methods import Stack, get_method
+
+    cfg = configure("b2t", decoder_layers=4, embed_dim=8, ffn_embed_dim=16, attention_heads=2, dropout=0.0)
+    layer = get_method("b2t").decoder_layer(cfg, no_encoder_attn=True, stack=Stack("lm", 4, 8)).eval()
+    x = torch.randn(5, 2, 8)
+    with torch.no_grad():
+        causal = torch.full((5, 5), float("-inf")).triu(1)
+        attn = torch.nn.functional.scaled_dot_product_attention
+        heads = lambda t: t.view(5, 2, 2, 4).permute(1, 2, 0, 3)
+        a = layer.self_attn
+        y = attn(heads(a.q_proj(x)), heads(a.k_proj(x)), heads(a.v_proj(x)), attn_mask=causal)
+        h = layer.self_attn_layer_norm(x + a.out_proj(y.permute(2, 0, 1, 3).reshape(5, 2, 8)))
+        expected = layer.final_layer_norm(x + h + layer.fc2(torch.relu(layer.fc1(h))))
+        assert torch.allclose(layer(x), expected, atol=1e-6)

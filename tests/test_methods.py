@@ -36,29 +36,47 @@ TOY_METHOD = """
 import sys
 from fairseq.models import register_model
 
+import layernorm_methods
+from layernorm_methods.registry import register
 from fairseq_layernorm_plugins.methods import METHODS, PAPER_METHODS, method_names, register_method
 from fairseq_layernorm_plugins.models.base import PluginTransformerModel, register_arch_family
 from fairseq_layernorm_plugins.modules import PluginDecoderLayer, PluginEncoderLayer
 
 
-class HalfResidualEncoderLayer(PluginEncoderLayer):
+# the core: layernorm_methods/methods/toy.py
+class HalfResidualMixin:
     def residual_connection(self, x, residual):
         return 0.5 * residual + x
+
+
+def toy_defaults(args):
+    args.toy_option = getattr(args, "toy_option", 1.0)
+
+
+register("toy", HalfResidualMixin, toy_defaults, normalize_before=False)
+
+
+# the plugin: fairseq_layernorm_plugins/models/transformer_toy.py
+class HalfResidualEncoderLayer(HalfResidualMixin, PluginEncoderLayer):
+    pass
+
+
+class HalfResidualDecoderLayer(HalfResidualMixin, PluginDecoderLayer):
+    pass
 
 
 @register_model("transformer_toy")
 class ToyModel(PluginTransformerModel):
     encoder_layer_cls = HalfResidualEncoderLayer
-    decoder_layer_cls = PluginDecoderLayer
+    decoder_layer_cls = HalfResidualDecoderLayer
 
 
-def toy_defaults(args):
-    args.encoder_normalize_before = getattr(args, "encoder_normalize_before", False)
-
-
-register_arch_family("transformer_toy", toy_defaults)
+register_arch_family("transformer_toy", toy_defaults, normalize_before=False)
 register_method("toy", "transformer_toy", "Toy", "a test", order=3.5)
 
+core = layernorm_methods.build_model("toy", 20, encoder_layers=1, decoder_layers=1, embed_dim=8, ffn_embed_dim=8,
+                                     attention_heads=2)
+print("core", "toy" in layernorm_methods.method_names(), type(core.encoder.layers[0]).__mro__[1].__name__)
 # what the scripts derive from the registry
 sys.path[:0] = [sys.argv[2] + "/scripts", sys.argv[2] + "/benchmarks"]
 import diagnose, throughput
@@ -86,6 +104,7 @@ def test_a_toy_method_is_one_module_and_its_recipes(tmp_path):
     assert lines["names"] == str(["postln", "preln", "admin", "tfixup", "toy", "b2t", "deepnet", *SEEDS_AFTER])
     assert lines["setting"] == str(["postln", "toy"])
     assert lines["colour"] == "C4 Toy"
+    assert lines["core"] == "True HalfResidualMixin"  # the core builds it from the same class
     assert "'transformer_toy_iwslt_de_en'" in lines["diagnose"] and "'transformer_toy'" in lines["throughput"]
 
 
