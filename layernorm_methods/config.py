@@ -23,8 +23,9 @@ class StackConfig:
 
 @dataclass
 class TransformerConfig:
-    """A model's settings (fairseq's names and defaults for its ``transformer`` architecture,
-    with ``dropout`` 0.1 and attention/activation dropout 0).
+    """A model's settings (fairseq's names and defaults for its ``transformer`` and
+    ``transformer_lm`` architectures: ``dropout`` 0.1, attention/activation dropout 0, the
+    output projection not tied to the input embedding).
 
     ``share_decoder_input_output_embed``: the decoder's output projection is its input
     embedding; ``share_all_embeddings``: one embedding for source and target (one vocabulary);
@@ -38,11 +39,10 @@ class TransformerConfig:
     attention_dropout: float = 0.0
     activation_dropout: float = 0.0
     activation_fn: str = "relu"
-    share_decoder_input_output_embed: bool = True
+    share_decoder_input_output_embed: bool = False
     share_all_embeddings: bool = False
     no_scale_embedding: bool = False
     layernorm_embedding: bool = False
     no_decoder_final_norm: bool = False
-    max_positions: int = 1024
     init_style: str = "paper"
     norm_type: str = "layernorm"

@@ -40,8 +40,8 @@ def paper_init_(layer):
 
 
 def init_style_(layer, cfg):
-    """Apply ``cfg.init_style`` to a layer fairseq has just built (before the method's own
-    initialisation, ``modules/layers.py``)."""
+    """Apply ``cfg.init_style`` to a layer just built (before the method's own initialisation,
+    ``layers.py``; the fairseq plugin's ``modules/layers.py`` the same)."""
     style = getattr(cfg, "init_style", "fairseq")
     if style not in INIT_STYLES:
         raise ValueError(f"--init-style must be one of {', '.join(INIT_STYLES)}, not {style!r}")

@@ -175,7 +175,7 @@ class DecoderLayer(CoreLayer):
         self.fc1 = self.build_fc1(self.embed_dim, side.ffn_embed_dim, 0, 8)
         self.fc2 = self.build_fc2(side.ffn_embed_dim, self.embed_dim, 0, 8)
         self.final_layer_norm = nn.LayerNorm(self.embed_dim)
-        self._finish(cfg, stack or Stack.of(cfg, "decoder"))
+        self._finish(cfg, stack or Stack.of(cfg, "lm" if no_encoder_attn else "decoder"))
 
     def build_encoder_attention(self, embed_dim, cfg):
         kdim = cfg.encoder.embed_dim

@@ -5,6 +5,7 @@ placement, from which the core builds its encoder and decoder layer classes."""
 import functools
 import importlib
 import pkgutil
+import sys
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
@@ -37,12 +38,21 @@ class CoreMethod:
     @functools.cached_property
     def encoder_layer(self):
         """The encoder layer class: the method's mixin over :class:`EncoderLayer`."""
-        return type(f"{self.mixin.__name__}Encoder", (self.mixin, EncoderLayer), {"__module__": self.mixin.__module__})
+        return self._layer_class(EncoderLayer)
 
     @functools.cached_property
     def decoder_layer(self):
         """The decoder layer class: the method's mixin over :class:`DecoderLayer`."""
-        return type(f"{self.mixin.__name__}Decoder", (self.mixin, DecoderLayer), {"__module__": self.mixin.__module__})
+        return self._layer_class(DecoderLayer)
+
+    def _layer_class(self, base):
+        """The mixin over ``base``, bound in the mixin's module (so ``torch.save(model)`` and
+        pickling find it by name)."""
+        name = f"{self.mixin.__name__}{base.__name__}"
+        module = sys.modules[self.mixin.__module__]
+        if not hasattr(module, name):
+            setattr(module, name, type(name, (self.mixin, base), {"__module__": module.__name__}))
+        return getattr(module, name)
 
     @functools.cached_property
     def options(self):

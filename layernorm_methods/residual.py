@@ -1,13 +1,14 @@
 """Residual-branch helpers shared by the methods' layers.
 
-fairseq's layers call ``residual_connection(x, residual)`` once per sub-layer
+The layers (the core's and fairseq's, which the core's mirror) call
+``residual_connection(x, residual)`` once per sub-layer
 (encoder: self-attn, FFN; decoder: self-attn, cross-attn, FFN) with the branch
 output ``x`` and the sub-layer input ``residual``, but do not say which sub-layer
 it is. :class:`SublayerResidualMixin` numbers those calls within one pass through
 the layer and keeps the layer's input, which is what per-sub-layer methods need
 (B2T adds the layer input at the last sub-layer; Admin has one omega per sub-layer).
 
-The layers keep fairseq's own ``forward``, so they script like fairseq's transformer
+The fairseq plugin's layers keep fairseq's own ``forward``, so they script like fairseq's transformer
 (TorchScript compiles neither ``super().forward`` nor ``*args``): the count wraps
 after the last sub-layer, and at sub-layer 1 ``residual`` is the layer's input (fairseq
 sets ``residual = x`` first). In eager mode a forward pre-hook also restarts the count
@@ -28,7 +29,8 @@ def restart_sublayers(layer, inputs):
 
 
 class SublayerResidualMixin:
-    """Mix in before :class:`PluginEncoderLayer` / :class:`PluginDecoderLayer`; override :meth:`combine`.
+    """Mix in before a layer class (the core's ``EncoderLayer`` / ``DecoderLayer``, the plugin's
+    ``PluginEncoderLayer`` / ``PluginDecoderLayer``); override :meth:`combine`.
 
     During a pass: ``self.layer_input`` is the layer's input x (T, B, C) and
     ``combine(x, residual, i)`` is called for sub-layer i = 1..``num_sublayers``.
@@ -66,8 +68,8 @@ class SublayerResidualMixin:
 
 
 def remove_layer_norms(layer):
-    """Replace every LayerNorm of a fairseq layer by the identity (no parameters left,
-    so nothing is unused under DDP). fairseq's post-LN forward then applies none."""
+    """Replace every LayerNorm of a layer (the core's or fairseq's) by the identity (no
+    parameters left, so nothing is unused under DDP). The post-LN forward then applies none."""
     for name in ("self_attn_layer_norm", "encoder_attn_layer_norm", "final_layer_norm"):
         if getattr(layer, name, None) is not None:
             setattr(layer, name, nn.Identity())

@@ -4,6 +4,16 @@ the transfer drops only what holds no weight (fairseq's ``version`` markers, the
 embeddings' ``_float_tensor`` device marker) and loads the rest strictly."""
 
 NOT_WEIGHTS = (".version", "._float_tensor", "embed_positions.weights")
+# fairseq options that change what its layers compute and that the core layers lack
+NOT_IN_THE_CORE = (
+    "cross_self_attention",
+    "scale_attn",
+    "scale_fc",
+    "scale_heads",
+    "scale_resids",
+    "enc_replace_rate",  # the B2T fork's word dropout (fairseq_layernorm_plugins/modules/word_dropout.py)
+    "dec_replace_rate",
+)
 
 
 def core_state_dict(fairseq_state):
@@ -38,6 +48,9 @@ def configure_like(method, args, kind="translation"):
     for flag in ("encoder_layerdrop", "decoder_layerdrop", "quant_noise_pq"):
         if getattr(args, flag, 0):
             raise ValueError(f"the core models run every layer, unquantised: not --{flag.replace('_', '-')}")
+    for flag in NOT_IN_THE_CORE:
+        if getattr(args, flag, None):
+            raise ValueError(f"the core models do not build fairseq's --{flag.replace('_', '-')}")
     sides = ("decoder",) if kind == "lm" else ("encoder", "decoder")
     sizes = {}
     for size in ("embed_dim", "ffn_embed_dim", "attention_heads"):
@@ -46,7 +59,8 @@ def configure_like(method, args, kind="translation"):
             raise ValueError(f"the core models have one {size} for both stacks, not {sorted(values)}")
         sizes[size] = values.pop()
     settings = {name: getattr(args, name) for name in SETTINGS if getattr(args, name, None) is not None}
-    settings.pop("max_positions", None)
+    if not settings.get("activation_dropout") and getattr(args, "relu_dropout", 0):
+        settings["activation_dropout"] = args.relu_dropout  # fairseq's layers fall back to it
     options = {
         name: getattr(args, name) for name in get(method).options if hasattr(args, name) and name not in settings
     }

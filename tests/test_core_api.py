@@ -50,7 +50,9 @@ def test_built_models_have_the_requested_sizes():
     assert model.decoder.output_projection.weight.shape == (50, 16)
     lm = build_language_model("b2t", 30, layers=4, embed_dim=16, ffn_embed_dim=24, attention_heads=2)
     assert len(lm.decoder.layers) == 4 and all(layer.encoder_attn is None for layer in lm.decoder.layers)
-    assert lm.decoder.output_projection.weight is lm.decoder.embed_tokens.weight  # tied by default
+    assert lm.decoder.output_projection.weight is not lm.decoder.embed_tokens.weight  # fairseq's default: untied
+    tied = build_language_model("b2t", 30, layers=1, embed_dim=16, share_decoder_input_output_embed=True)
+    assert tied.decoder.output_projection.weight is tied.decoder.embed_tokens.weight
 
 
 @pytest.mark.parametrize(
@@ -59,6 +61,8 @@ def test_built_models_have_the_requested_sizes():
         (["--encoder-learned-pos"], "--encoder-learned-pos"),
         (["--decoder-layerdrop", "0.1"], "--decoder-layerdrop"),
         (["--decoder-embed-dim", "16"], "embed_dim"),
+        (["--cross-self-attention"], "--cross-self-attention"),
+        (["--enc-replace-rate", "0.1"], "--enc-replace-rate"),
     ],
 )
 def test_a_fairseq_model_the_core_cannot_build_is_refused(tiny_data_bin, flags, named):
@@ -90,3 +94,79 @@ def test_a_layer_on_its_own_is_the_methods_layer():
         h = layer.self_attn_layer_norm(x + a.out_proj(y.permute(2, 0, 1, 3).reshape(5, 2, 8)))
         expected = layer.final_layer_norm(x + h + layer.fc2(torch.relu(layer.fc1(h))))
         assert torch.allclose(layer(x), expected, atol=1e-6)
+
+
+def test_relu_dropout_is_the_activation_dropout_when_that_is_zero(tiny_data_bin):
+    """fairseq's layers fall back to --relu-dropout when --activation-dropout is 0."""
+    from conftest import TINY_MODEL, parse
+
+    from layernorm_methods.transfer import configure_like
+
+    args = parse(tiny_data_bin, "transformer_preln", *TINY_MODEL, "--relu-dropout", "0.3")
+    assert configure_like("preln", args).activation_dropout == 0.3
+
+
+TINY_SIZES = dict(embed_dim=32, ffn_embed_dim=64, attention_heads=2)
+
+
+def fairseq_and_core_configs(data_bin, method, kind):
+    """(the config of the fairseq arch at its defaults, the core's ``configure`` at its defaults),
+    the same tiny sizes."""
+    from conftest import TINY_MODEL, parse
+    from helpers.core_equality import TINY_LM
+
+    from fairseq_layernorm_plugins.methods import METHODS
+    from layernorm_methods.transfer import configure_like
+
+    if kind == "lm":
+        args = parse(data_bin, METHODS[method].lm_arch(), *TINY_LM, "--decoder-layers", "2")
+        return configure_like(method, args, "lm"), configure(method, encoder_layers=0, decoder_layers=2, **TINY_SIZES)
+    args = parse(data_bin, METHODS[method].arch(), *TINY_MODEL)
+    return configure_like(method, args), configure(method, encoder_layers=2, decoder_layers=2, **TINY_SIZES)
+
+
+@pytest.mark.parametrize("method", layernorm_methods.method_names())
+def test_core_defaults_are_the_fairseq_archs(tiny_data_bin, lm_data_bin, method):
+    """``configure(method)`` builds what ``transformer_<method>`` and ``transformer_lm_<method>``
+    build at their defaults: every setting and option."""
+    from fairseq_layernorm_plugins.methods import METHODS
+
+    kinds = [("translation", tiny_data_bin)] + ([("lm", lm_data_bin)] if METHODS[method].lm_model else [])
+    for kind, data_bin in kinds:
+        theirs, ours = fairseq_and_core_configs(data_bin, method, kind)
+        assert vars(ours) == vars(theirs), kind
+
+
+@pytest.mark.parametrize("method", layernorm_methods.method_names())
+def test_same_seed_same_initial_weights(tiny_data_bin, method):
+    """A core model built after ``torch.manual_seed(s)`` starts from the weights ``fairseq-train
+    --seed s`` builds (the same draws in the same order)."""
+    import torch
+    from conftest import TINY_MODEL, build
+
+    from fairseq_layernorm_plugins.methods import METHODS
+    from layernorm_methods import EncoderDecoderModel
+    from layernorm_methods.transfer import configure_like, core_state_dict
+
+    model, task, args = build(tiny_data_bin, METHODS[method].arch(), *TINY_MODEL, seed=5)
+    torch.manual_seed(5)
+    core = EncoderDecoderModel(configure_like(method, args), len(task.source_dictionary), len(task.target_dictionary))
+    theirs, ours = core_state_dict(model.state_dict()), core.state_dict()
+    assert theirs.keys() == ours.keys()
+    assert all(torch.equal(theirs[name], ours[name]) for name in ours), method
+
+
+def test_a_core_model_pickles_whole():
+    """``torch.save(model)`` (the whole module, not its state dict) and back: the layer classes
+    the registry makes are found by name."""
+    import io
+
+    import torch
+
+    model = build_model("b2t", 20, encoder_layers=1, decoder_layers=1, **TINY_SIZES).eval()
+    buffer = io.BytesIO()
+    torch.save(model, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=False)
+    tokens = torch.randint(4, 20, (2, 5))
+    assert torch.equal(loaded(tokens, tokens), model(tokens, tokens))

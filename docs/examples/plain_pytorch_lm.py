@@ -132,6 +132,7 @@ def main(argv=None):
         ffn_embed_dim=args.ffn_embed_dim,
         attention_heads=args.attention_heads,
         dropout=args.dropout,
+        share_decoder_input_output_embed=True,  # tied, as fairseq-train's --share-decoder-input-output-embed
         padding_idx=PAD,
     )
     print(f"{args.method}: {sum(p.numel() for p in model.parameters()):,} parameters", flush=True)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # docs/examples/plain_pytorch_lm.py's defaults through fairseq-train: the plugin's
-# transformer_lm_<METHOD> with the same sizes (input and output embeddings tied, as the core ties
+# transformer_lm_<METHOD> with the same sizes (input and output embeddings tied, as the example ties
 # them), data, optimizer, schedule (warm-up from 0, then inverse-sqrt), clipping, tokens per
 # sample, batch size, updates and seed: the same initial weights for the same seed. Validates
 # once, after the last update; saves no checkpoint. Extra flags go last and win (--max-update 400).

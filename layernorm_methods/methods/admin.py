@@ -67,6 +67,8 @@ class AdminLayerMixin(SublayerResidualMixin):
         """``admin_init`` ``closed-*``: one omega for the whole stack, from its sub-layer count."""
         super().init_stack_(stack_module, cfg, stack)
         init = getattr(cfg, "admin_init", None) or "profile"
+        if init not in ADMIN_INITS:
+            raise ValueError(f"admin_init must be one of {', '.join(ADMIN_INITS)}, not {init!r}")
         if init.startswith("closed-"):
             layers = stack_layers(stack_module)
             omega = admin_closed_form_omega(sum(layer.num_sublayers for layer in layers), init)
