@@ -227,9 +227,11 @@ class PluginTransformerModel(PluginModelMixin, TransformerModel):
 def register_arch_family(model_name, method_defaults, normalize_before=None):
     """Register ``model_name`` + each suffix of :data:`ARCH_SIZES` as architectures.
 
-    Each architecture function applies the method's :class:`ArchFamily` (``normalize_before``:
-    False for a Post-LN method, True for Pre-LN; ``method_defaults(args)``: its own settings,
-    written as ``args.x = getattr(args, "x", default)`` so command-line flags win) and then
+    ``method_defaults``: the core's method (``layernorm_methods/methods/<name>.py``: its
+    defaults and placement), or a defaults function with ``normalize_before`` (a method of the
+    plugin alone). Each architecture function applies the method's :class:`ArchFamily`
+    (``normalize_before``: False for a Post-LN method, True for Pre-LN; ``method_defaults(args)``:
+    its own settings, written as ``args.x = getattr(args, "x", default)`` so command-line flags win) and then
     chains to fairseq's architecture function for that size. Returns ``{arch_name: arch_function}``.
     """
     return register_family(ARCH_FAMILIES, ARCH_SIZES, model_name, method_defaults, normalize_before)

@@ -20,7 +20,7 @@ from fairseq.models.speech_to_text import s2t_transformer
 from fairseq.models.speech_to_text.s2t_transformer import S2TTransformerModel
 
 from fairseq_layernorm_plugins.models.base import PluginModelMixin, swapped
-from fairseq_layernorm_plugins.models.family import register_family
+from fairseq_layernorm_plugins.models.family import defaults_and_placement, register_family
 from fairseq_layernorm_plugins.modules import PluginDecoderLayer, PluginEncoderLayer
 from fairseq_layernorm_plugins.modules.speech import PluginS2TDecoder, PluginS2TEncoder
 
@@ -98,6 +98,7 @@ def register_s2t_arch_family(model_name, method_defaults, normalize_before=None)
     speech models (fairseq 0.10 on) were only ever built with fairseq's initialisation, never
     with the fairseq 0.8/0.9 one the translation papers' numbers come from.
     Returns ``{arch_name: arch_function}``."""
+    method_defaults, normalize_before = defaults_and_placement(method_defaults, normalize_before)
 
     @functools.wraps(method_defaults)
     def speech_defaults(args):

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 from fairseq.models import MODEL_REGISTRY, register_model_architecture
 
+from layernorm_methods.registry import CoreMethod
+
 NORM_PLACEMENT = ("encoder_normalize_before", "decoder_normalize_before")
 POST_LN_ONLY = dict.fromkeys(NORM_PLACEMENT, "the method is Post-LN")
 
@@ -82,10 +84,20 @@ def registered_name(model_cls, families):
     return None
 
 
-def register_family(families, sizes, model_name, method_defaults, normalize_before=None):
+def defaults_and_placement(method, normalize_before=None):
+    """(defaults function, LayerNorm placement) of ``method``: a core method
+    (``layernorm_methods.registry.CoreMethod``: its own, stated once there), or a defaults
+    function with ``normalize_before`` given (a method of the plugin alone)."""
+    if isinstance(method, CoreMethod):
+        return method.defaults, method.normalize_before
+    return method, normalize_before
+
+
+def register_family(families, sizes, model_name, method, normalize_before=None):
     """Register ``model_name`` + each suffix of ``sizes`` ({suffix: fairseq's size function})
-    as architectures of the method's :class:`ArchFamily`, kept in ``families``. Returns
-    ``{arch_name: arch_function}``."""
+    as architectures of the method's :class:`ArchFamily`, kept in ``families``; ``method`` as
+    :func:`defaults_and_placement` takes it. Returns ``{arch_name: arch_function}``."""
+    method_defaults, normalize_before = defaults_and_placement(method, normalize_before)
     family = families[model_name] = ArchFamily(method_defaults, normalize_before)
     registered = {}
     for suffix, size_defaults in sizes.items():

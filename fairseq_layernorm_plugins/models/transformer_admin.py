@@ -19,8 +19,8 @@ from layernorm_methods.methods.admin import (
     ADMIN_INITS,
     ADMIN_PROFILE_PRECISIONS,
     AdminLayerMixin,
-    admin_defaults,
 )
+from layernorm_methods.methods.admin import METHOD as CORE
 
 
 class AdminEncoderLayer(AdminLayerMixin, PluginEncoderLayer):
@@ -115,9 +115,9 @@ class S2TAdminModel(AdminModel, PluginS2TTransformerModel):
     }
 
 
-ARCHS = register_arch_family("transformer_admin", admin_defaults, normalize_before=False)
-LM_ARCHS = register_lm_arch_family("transformer_lm_admin", admin_defaults, normalize_before=False)
-S2T_ARCHS = register_s2t_arch_family("s2t_transformer_admin", admin_defaults, normalize_before=False)
+ARCHS = register_arch_family("transformer_admin", CORE)
+LM_ARCHS = register_lm_arch_family("transformer_lm_admin", CORE)
+S2T_ARCHS = register_s2t_arch_family("s2t_transformer_admin", CORE)
 METHOD = register_method(
     "admin",
     "transformer_admin",

@@ -12,7 +12,8 @@ from fairseq_layernorm_plugins.models.base import PluginTransformerModel, regist
 from fairseq_layernorm_plugins.models.base_lm import PluginTransformerLanguageModel, register_lm_arch_family
 from fairseq_layernorm_plugins.models.base_s2t import PluginS2TTransformerModel, register_s2t_arch_family
 from fairseq_layernorm_plugins.modules import PluginDecoderLayer, PluginEncoderLayer
-from layernorm_methods.methods.b2t import B2TLayerMixin, b2t_defaults
+from layernorm_methods.methods.b2t import METHOD as CORE
+from layernorm_methods.methods.b2t import B2TLayerMixin
 
 
 class B2TEncoderLayer(B2TLayerMixin, PluginEncoderLayer):
@@ -63,9 +64,9 @@ class S2TB2TModel(B2TModel, PluginS2TTransformerModel):
     decoder_layer_cls = B2TDecoderLayer
 
 
-ARCHS = register_arch_family("transformer_b2t", b2t_defaults, normalize_before=False)
-LM_ARCHS = register_lm_arch_family("transformer_lm_b2t", b2t_defaults, normalize_before=False)
-S2T_ARCHS = register_s2t_arch_family("s2t_transformer_b2t", b2t_defaults, normalize_before=False)
+ARCHS = register_arch_family("transformer_b2t", CORE)
+LM_ARCHS = register_lm_arch_family("transformer_lm_b2t", CORE)
+S2T_ARCHS = register_s2t_arch_family("s2t_transformer_b2t", CORE)
 METHOD = register_method(
     "b2t",
     "transformer_b2t",

@@ -16,7 +16,8 @@ from fairseq_layernorm_plugins.models.base import PluginTransformerModel, regist
 from fairseq_layernorm_plugins.models.base_lm import PluginTransformerLanguageModel, register_lm_arch_family
 from fairseq_layernorm_plugins.models.base_s2t import PluginS2TTransformerModel, register_s2t_arch_family
 from fairseq_layernorm_plugins.modules import PluginDecoderLayer, PluginEncoderLayer
-from layernorm_methods.methods.deepnet import DEEPNET_INITS, DeepNormLayerMixin, deepnet_defaults
+from layernorm_methods.methods.deepnet import DEEPNET_INITS, DeepNormLayerMixin
+from layernorm_methods.methods.deepnet import METHOD as CORE
 
 
 class DeepNetEncoderLayer(DeepNormLayerMixin, PluginEncoderLayer):
@@ -70,9 +71,9 @@ class S2TDeepNetModel(DeepNetModel, PluginS2TTransformerModel):
     decoder_layer_cls = DeepNetDecoderLayer
 
 
-ARCHS = register_arch_family("transformer_deepnet", deepnet_defaults, normalize_before=False)
-LM_ARCHS = register_lm_arch_family("transformer_lm_deepnet", deepnet_defaults, normalize_before=False)
-S2T_ARCHS = register_s2t_arch_family("s2t_transformer_deepnet", deepnet_defaults, normalize_before=False)
+ARCHS = register_arch_family("transformer_deepnet", CORE)
+LM_ARCHS = register_lm_arch_family("transformer_lm_deepnet", CORE)
+S2T_ARCHS = register_s2t_arch_family("s2t_transformer_deepnet", CORE)
 METHOD = register_method(
     "deepnet",
     "transformer_deepnet",

@@ -24,7 +24,9 @@ from fairseq_layernorm_plugins.modules.stacks import (
     PluginTransformerDecoder,
     PluginTransformerEncoder,
 )
-from layernorm_methods.methods.dlcl import FINAL_NORM, DLCLLayerMixin, DLCLStack, dlcl_defaults, dlcl_postnorm_defaults
+from layernorm_methods.methods.dlcl import FINAL_NORM, DLCLLayerMixin, DLCLStack
+from layernorm_methods.methods.dlcl import METHOD as CORE
+from layernorm_methods.methods.dlcl import POSTNORM_METHOD as CORE_POSTNORM
 
 
 class DLCLEncoder(DLCLStack, PluginTransformerEncoder):
@@ -248,15 +250,13 @@ class TransformerDLCLPostNormLanguageModel(TransformerDLCLLanguageModel):
     incompatible_flags = POSTNORM_INCOMPATIBLE
 
 
-ARCHS = register_arch_family("transformer_dlcl", dlcl_defaults, normalize_before=True)
-LM_ARCHS = register_lm_arch_family("transformer_lm_dlcl", dlcl_defaults, normalize_before=True)
+ARCHS = register_arch_family("transformer_dlcl", CORE)
+LM_ARCHS = register_lm_arch_family("transformer_lm_dlcl", CORE)
 METHOD = register_method(
     "dlcl", "transformer_dlcl", "DLCL", "Wang et al. 2019", order=12, lm_model="transformer_lm_dlcl"
 )
-POSTNORM_ARCHS = register_arch_family("transformer_dlcl_postnorm", dlcl_postnorm_defaults, normalize_before=False)
-POSTNORM_LM_ARCHS = register_lm_arch_family(
-    "transformer_lm_dlcl_postnorm", dlcl_postnorm_defaults, normalize_before=False
-)
+POSTNORM_ARCHS = register_arch_family("transformer_dlcl_postnorm", CORE_POSTNORM)
+POSTNORM_LM_ARCHS = register_lm_arch_family("transformer_lm_dlcl_postnorm", CORE_POSTNORM)
 POSTNORM_METHOD = register_method(
     "dlcl_postnorm",
     "transformer_dlcl_postnorm",

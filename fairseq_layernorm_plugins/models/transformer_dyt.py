@@ -12,7 +12,8 @@ from fairseq_layernorm_plugins.models.base import PluginTransformerModel, regist
 from fairseq_layernorm_plugins.models.base_lm import PluginTransformerLanguageModel, register_lm_arch_family
 from fairseq_layernorm_plugins.models.base_s2t import PluginS2TTransformerModel, register_s2t_arch_family
 from fairseq_layernorm_plugins.modules import PluginDecoderLayer, PluginEncoderLayer
-from layernorm_methods.methods.dyt import DyTLayerMixin, dyt_defaults
+from layernorm_methods.methods.dyt import METHOD as CORE
+from layernorm_methods.methods.dyt import DyTLayerMixin
 
 
 class DyTEncoderLayer(DyTLayerMixin, PluginEncoderLayer):
@@ -58,9 +59,9 @@ class S2TDyTModel(DyTModel, PluginS2TTransformerModel):
     decoder_layer_cls = DyTDecoderLayer
 
 
-ARCHS = register_arch_family("transformer_dyt", dyt_defaults, normalize_before=True)
-LM_ARCHS = register_lm_arch_family("transformer_lm_dyt", dyt_defaults, normalize_before=True)
-S2T_ARCHS = register_s2t_arch_family("s2t_transformer_dyt", dyt_defaults, normalize_before=True)
+ARCHS = register_arch_family("transformer_dyt", CORE)
+LM_ARCHS = register_lm_arch_family("transformer_lm_dyt", CORE)
+S2T_ARCHS = register_s2t_arch_family("s2t_transformer_dyt", CORE)
 METHOD = register_method(
     "dyt",
     "transformer_dyt",

@@ -11,7 +11,8 @@ from fairseq_layernorm_plugins.models.base import PluginTransformerModel, regist
 from fairseq_layernorm_plugins.models.base_lm import PluginTransformerLanguageModel, register_lm_arch_family
 from fairseq_layernorm_plugins.models.base_s2t import PluginS2TTransformerModel, register_s2t_arch_family
 from fairseq_layernorm_plugins.modules import PluginDecoderLayer, PluginEncoderLayer
-from layernorm_methods.methods.lns import LNSLayerMixin, lns_defaults
+from layernorm_methods.methods.lns import METHOD as CORE
+from layernorm_methods.methods.lns import LNSLayerMixin
 
 
 class LNSEncoderLayer(LNSLayerMixin, PluginEncoderLayer):
@@ -45,9 +46,9 @@ class S2TLNSModel(PluginS2TTransformerModel):
     decoder_layer_cls = LNSDecoderLayer
 
 
-ARCHS = register_arch_family("transformer_lns", lns_defaults, normalize_before=True)
-LM_ARCHS = register_lm_arch_family("transformer_lm_lns", lns_defaults, normalize_before=True)
-S2T_ARCHS = register_s2t_arch_family("s2t_transformer_lns", lns_defaults, normalize_before=True)
+ARCHS = register_arch_family("transformer_lns", CORE)
+LM_ARCHS = register_lm_arch_family("transformer_lm_lns", CORE)
+S2T_ARCHS = register_s2t_arch_family("s2t_transformer_lns", CORE)
 METHOD = register_method(
     "lns",
     "transformer_lns",

@@ -12,7 +12,8 @@ from fairseq_layernorm_plugins.models.base import PluginTransformerModel, regist
 from fairseq_layernorm_plugins.models.base_lm import PluginTransformerLanguageModel, register_lm_arch_family
 from fairseq_layernorm_plugins.models.base_s2t import PluginS2TTransformerModel, register_s2t_arch_family
 from fairseq_layernorm_plugins.modules import PluginDecoderLayer, PluginEncoderLayer
-from layernorm_methods.methods.mixln import MixLNLayerMixin, mixln_defaults
+from layernorm_methods.methods.mixln import METHOD as CORE
+from layernorm_methods.methods.mixln import MixLNLayerMixin
 
 
 class MixLNEncoderLayer(MixLNLayerMixin, PluginEncoderLayer):
@@ -59,9 +60,9 @@ class S2TMixLNModel(MixLNModel, PluginS2TTransformerModel):
     decoder_layer_cls = MixLNDecoderLayer
 
 
-ARCHS = register_arch_family("transformer_mixln", mixln_defaults, normalize_before=True)
-LM_ARCHS = register_lm_arch_family("transformer_lm_mixln", mixln_defaults, normalize_before=True)
-S2T_ARCHS = register_s2t_arch_family("s2t_transformer_mixln", mixln_defaults, normalize_before=True)
+ARCHS = register_arch_family("transformer_mixln", CORE)
+LM_ARCHS = register_lm_arch_family("transformer_lm_mixln", CORE)
+S2T_ARCHS = register_s2t_arch_family("s2t_transformer_mixln", CORE)
 METHOD = register_method(
     "mixln",
     "transformer_mixln",

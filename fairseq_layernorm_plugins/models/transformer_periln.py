@@ -11,7 +11,8 @@ from fairseq_layernorm_plugins.models.base import PluginTransformerModel, regist
 from fairseq_layernorm_plugins.models.base_lm import PluginTransformerLanguageModel, register_lm_arch_family
 from fairseq_layernorm_plugins.models.base_s2t import PluginS2TTransformerModel, register_s2t_arch_family
 from fairseq_layernorm_plugins.modules import PluginDecoderLayer, PluginEncoderLayer
-from layernorm_methods.methods.periln import PeriLNLayerMixin, periln_defaults
+from layernorm_methods.methods.periln import METHOD as CORE
+from layernorm_methods.methods.periln import PeriLNLayerMixin
 
 
 class PeriLNEncoderLayer(PeriLNLayerMixin, PluginEncoderLayer):
@@ -45,9 +46,9 @@ class S2TPeriLNModel(PluginS2TTransformerModel):
     decoder_layer_cls = PeriLNDecoderLayer
 
 
-ARCHS = register_arch_family("transformer_periln", periln_defaults, normalize_before=True)
-LM_ARCHS = register_lm_arch_family("transformer_lm_periln", periln_defaults, normalize_before=True)
-S2T_ARCHS = register_s2t_arch_family("s2t_transformer_periln", periln_defaults, normalize_before=True)
+ARCHS = register_arch_family("transformer_periln", CORE)
+LM_ARCHS = register_lm_arch_family("transformer_lm_periln", CORE)
+S2T_ARCHS = register_s2t_arch_family("s2t_transformer_periln", CORE)
 METHOD = register_method(
     "periln",
     "transformer_periln",

@@ -17,7 +17,7 @@ from fairseq_layernorm_plugins.methods import register_method
 from fairseq_layernorm_plugins.models.base import PluginTransformerModel, register_arch_family
 from fairseq_layernorm_plugins.models.base_lm import PluginTransformerLanguageModel, register_lm_arch_family
 from fairseq_layernorm_plugins.models.base_s2t import PluginS2TTransformerModel, register_s2t_arch_family
-from layernorm_methods.methods.postln import postln_defaults
+from layernorm_methods.methods.postln import METHOD as CORE
 
 
 @register_model("transformer_postln")
@@ -35,9 +35,9 @@ class S2TPostLNModel(PluginS2TTransformerModel):
     """Post-LN speech-to-text Transformer, initialised as in the papers."""
 
 
-ARCHS = register_arch_family("transformer_postln", postln_defaults, normalize_before=False)
-LM_ARCHS = register_lm_arch_family("transformer_lm_postln", postln_defaults, normalize_before=False)
-S2T_ARCHS = register_s2t_arch_family("s2t_transformer_postln", postln_defaults, normalize_before=False)
+ARCHS = register_arch_family("transformer_postln", CORE)
+LM_ARCHS = register_lm_arch_family("transformer_lm_postln", CORE)
+S2T_ARCHS = register_s2t_arch_family("s2t_transformer_postln", CORE)
 METHOD = register_method(
     "postln",
     "transformer_postln",

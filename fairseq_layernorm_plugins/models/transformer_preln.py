@@ -14,7 +14,7 @@ from fairseq_layernorm_plugins.methods import register_method
 from fairseq_layernorm_plugins.models.base import PluginTransformerModel, register_arch_family
 from fairseq_layernorm_plugins.models.base_lm import PluginTransformerLanguageModel, register_lm_arch_family
 from fairseq_layernorm_plugins.models.base_s2t import PluginS2TTransformerModel, register_s2t_arch_family
-from layernorm_methods.methods.preln import preln_defaults
+from layernorm_methods.methods.preln import METHOD as CORE
 
 
 @register_model("transformer_preln")
@@ -33,9 +33,9 @@ class S2TPreLNModel(PluginS2TTransformerModel):
     """Pre-LN speech-to-text Transformer (Xiong et al. 2020)."""
 
 
-ARCHS = register_arch_family("transformer_preln", preln_defaults, normalize_before=True)
-LM_ARCHS = register_lm_arch_family("transformer_lm_preln", preln_defaults, normalize_before=True)
-S2T_ARCHS = register_s2t_arch_family("s2t_transformer_preln", preln_defaults, normalize_before=True)
+ARCHS = register_arch_family("transformer_preln", CORE)
+LM_ARCHS = register_lm_arch_family("transformer_lm_preln", CORE)
+S2T_ARCHS = register_s2t_arch_family("s2t_transformer_preln", CORE)
 METHOD = register_method(
     "preln",
     "transformer_preln",

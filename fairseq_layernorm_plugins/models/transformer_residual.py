@@ -15,7 +15,8 @@ from fairseq_layernorm_plugins.models.base import PluginTransformerModel, regist
 from fairseq_layernorm_plugins.models.base_lm import PluginTransformerLanguageModel, register_lm_arch_family
 from fairseq_layernorm_plugins.models.base_s2t import PluginS2TTransformerModel, register_s2t_arch_family
 from fairseq_layernorm_plugins.modules import PluginDecoderLayer, PluginEncoderLayer
-from layernorm_methods.methods.residual import ResiDualLayerMixin, residual_defaults
+from layernorm_methods.methods.residual import METHOD as CORE
+from layernorm_methods.methods.residual import ResiDualLayerMixin
 
 
 class ResiDualEncoderLayer(ResiDualLayerMixin, PluginEncoderLayer):
@@ -76,9 +77,9 @@ class S2TResiDualModel(ResiDualModel, PluginS2TTransformerModel):
     decoder_layer_cls = ResiDualDecoderLayer
 
 
-ARCHS = register_arch_family("transformer_residual", residual_defaults, normalize_before=False)
-LM_ARCHS = register_lm_arch_family("transformer_lm_residual", residual_defaults, normalize_before=False)
-S2T_ARCHS = register_s2t_arch_family("s2t_transformer_residual", residual_defaults, normalize_before=False)
+ARCHS = register_arch_family("transformer_residual", CORE)
+LM_ARCHS = register_lm_arch_family("transformer_lm_residual", CORE)
+S2T_ARCHS = register_s2t_arch_family("s2t_transformer_residual", CORE)
 METHOD = register_method(
     "residual",
     "transformer_residual",

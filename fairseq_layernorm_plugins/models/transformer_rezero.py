@@ -12,7 +12,8 @@ from fairseq_layernorm_plugins.models.base_lm import PluginTransformerLanguageMo
 from fairseq_layernorm_plugins.models.base_s2t import PluginS2TTransformerModel, register_s2t_arch_family
 from fairseq_layernorm_plugins.models.family import NORM_PLACEMENT
 from fairseq_layernorm_plugins.modules import PluginDecoderLayer, PluginEncoderLayer
-from layernorm_methods.methods.rezero import NO_LAYER_NORM, ReZeroLayerMixin, rezero_defaults
+from layernorm_methods.methods.rezero import METHOD as CORE
+from layernorm_methods.methods.rezero import NO_LAYER_NORM, ReZeroLayerMixin
 
 
 class ReZeroEncoderLayer(ReZeroLayerMixin, PluginEncoderLayer):
@@ -52,9 +53,9 @@ class S2TReZeroModel(PluginS2TTransformerModel):
     incompatible_flags = NO_NORM
 
 
-ARCHS = register_arch_family("transformer_rezero", rezero_defaults, normalize_before=False)
-LM_ARCHS = register_lm_arch_family("transformer_lm_rezero", rezero_defaults, normalize_before=False)
-S2T_ARCHS = register_s2t_arch_family("s2t_transformer_rezero", rezero_defaults, normalize_before=False)
+ARCHS = register_arch_family("transformer_rezero", CORE)
+LM_ARCHS = register_lm_arch_family("transformer_lm_rezero", CORE)
+S2T_ARCHS = register_s2t_arch_family("s2t_transformer_rezero", CORE)
 METHOD = register_method(
     "rezero",
     "transformer_rezero",

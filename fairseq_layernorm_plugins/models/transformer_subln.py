@@ -11,7 +11,8 @@ from fairseq_layernorm_plugins.models.base import PluginTransformerModel, regist
 from fairseq_layernorm_plugins.models.base_lm import PluginTransformerLanguageModel, register_lm_arch_family
 from fairseq_layernorm_plugins.models.base_s2t import PluginS2TTransformerModel, register_s2t_arch_family
 from fairseq_layernorm_plugins.modules import PluginDecoderLayer, PluginEncoderLayer
-from layernorm_methods.methods.subln import SUBLN_INITS, SubLNLayerMixin, subln_defaults
+from layernorm_methods.methods.subln import METHOD as CORE
+from layernorm_methods.methods.subln import SUBLN_INITS, SubLNLayerMixin
 
 
 class FairseqSubLNMixin(SubLNLayerMixin):
@@ -75,9 +76,9 @@ class S2TSubLNModel(SubLNModel, PluginS2TTransformerModel):
     decoder_layer_cls = SubLNDecoderLayer
 
 
-ARCHS = register_arch_family("transformer_subln", subln_defaults, normalize_before=True)
-LM_ARCHS = register_lm_arch_family("transformer_lm_subln", subln_defaults, normalize_before=True)
-S2T_ARCHS = register_s2t_arch_family("s2t_transformer_subln", subln_defaults, normalize_before=True)
+ARCHS = register_arch_family("transformer_subln", CORE)
+LM_ARCHS = register_lm_arch_family("transformer_lm_subln", CORE)
+S2T_ARCHS = register_s2t_arch_family("s2t_transformer_subln", CORE)
 METHOD = register_method(
     "subln",
     "transformer_subln",

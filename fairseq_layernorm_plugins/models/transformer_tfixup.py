@@ -12,7 +12,8 @@ from fairseq_layernorm_plugins.models.base import PluginTransformerModel, regist
 from fairseq_layernorm_plugins.models.base_lm import PluginTransformerLanguageModel, register_lm_arch_family
 from fairseq_layernorm_plugins.models.family import NORM_PLACEMENT
 from fairseq_layernorm_plugins.modules import PluginDecoderLayer, PluginEncoderLayer
-from layernorm_methods.methods.tfixup import NO_LAYER_NORM, TFIXUP_QKV_BIASES, TFixupLayerMixin, tfixup_defaults
+from layernorm_methods.methods.tfixup import METHOD as CORE
+from layernorm_methods.methods.tfixup import NO_LAYER_NORM, TFIXUP_QKV_BIASES, TFixupLayerMixin
 
 
 class TFixupEncoderLayer(TFixupLayerMixin, PluginEncoderLayer):
@@ -53,8 +54,8 @@ class TransformerTFixupLanguageModel(TFixupModel, PluginTransformerLanguageModel
     decoder_layer_cls = TFixupDecoderLayer
 
 
-ARCHS = register_arch_family("transformer_tfixup", tfixup_defaults, normalize_before=False)
-LM_ARCHS = register_lm_arch_family("transformer_lm_tfixup", tfixup_defaults, normalize_before=False)
+ARCHS = register_arch_family("transformer_tfixup", CORE)
+LM_ARCHS = register_lm_arch_family("transformer_lm_tfixup", CORE)
 METHOD = register_method(
     "tfixup", "transformer_tfixup", "T-Fixup", "Huang et al. 2020", order=3, lm_model="transformer_lm_tfixup"
 )
