@@ -107,6 +107,8 @@ def profile_admin_(model, batches, run=None, padding_masks=None, precision="fp32
     index in the stack), "sublayer" (from 0), "var_input" (Var(x * omega)), "var_branch"
     (Var(f)), "omega"}]}, the variances averaged over the batches. ValueError for a model
     without Admin's layers."""
+    if precision not in ("fp32", *HALF):
+        raise ValueError(f"precision must be fp32, {' or '.join(HALF)}, not {precision!r}")
     if precision != "fp32":
         report = profile_admin_(copy.deepcopy(model).to(HALF[precision]), batches, run, padding_masks)
         set_omegas_(model, report)

@@ -26,13 +26,20 @@ def attentions(layer):
     return [layer.self_attn] + ([layer.encoder_attn] if getattr(layer, "encoder_attn", None) is not None else [])
 
 
+def xavier_linear_init_(linear):
+    """fairseq 0.8/0.9's ``Linear``: Xavier-uniform weight, zero bias; in place, returns it."""
+    with torch.no_grad():
+        torch.nn.init.xavier_uniform_(linear.weight)
+        if linear.bias is not None:
+            linear.bias.zero_()
+    return linear
+
+
 def paper_init_(layer):
     """fairseq 0.8/0.9's initialisation of one layer (see the module docstring), in place."""
     with torch.no_grad():
         for fc in (layer.fc1, layer.fc2):
-            torch.nn.init.xavier_uniform_(fc.weight)  # fairseq 0.8/0.9 ``Linear``
-            if fc.bias is not None:
-                fc.bias.zero_()
+            xavier_linear_init_(fc)
         for attn in attentions(layer):
             for proj in (attn.q_proj, attn.k_proj, attn.v_proj):
                 if proj.bias is not None:

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from layernorm_methods.attention import MultiheadAttention
-from layernorm_methods.init import init_style_
+from layernorm_methods.init import init_style_, xavier_linear_init_
 from layernorm_methods.norms import LAYER_NORM_NAMES, norm_type_
 
 STACK_KINDS = ("encoder", "decoder", "lm")
@@ -58,12 +58,8 @@ def stack_layers(stack):
 
 
 def xavier_linear(in_features, out_features, bias=True):
-    """fairseq 0.8/0.9's ``Linear``: Xavier-uniform weight, zero bias."""
-    linear = nn.Linear(in_features, out_features, bias)
-    nn.init.xavier_uniform_(linear.weight)
-    if bias:
-        nn.init.constant_(linear.bias, 0.0)
-    return linear
+    """A new fairseq 0.8/0.9 ``Linear``: Xavier-uniform weight, zero bias."""
+    return xavier_linear_init_(nn.Linear(in_features, out_features, bias))
 
 
 class MethodHooks:
