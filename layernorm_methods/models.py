@@ -49,7 +49,9 @@ def configure(
 
 
 class EncoderDecoderModel(nn.Module):
-    """A translation model of ``cfg.method``: tokens in, logits out.
+    """A translation model of ``cfg.method``: tokens in, logits out. ``padding_idx``: the
+    padding token (fairseq's dictionaries: 1; a fairseq model's weights need its own), masked
+    out of attention and positions; None when no token is padding.
 
     Input ``src_tokens`` (B, S), ``prev_output_tokens`` (B, T); output logits (B, T, V_tgt)."""
 
@@ -73,7 +75,8 @@ class EncoderDecoderModel(nn.Module):
 
 
 class LanguageModel(nn.Module):
-    """A decoder-only language model of ``cfg.method`` (``cfg.decoder``'s sizes).
+    """A decoder-only language model of ``cfg.method`` (``cfg.decoder``'s sizes);
+    ``padding_idx`` as :class:`EncoderDecoderModel` takes it (None: no token is padding).
 
     Input tokens (B, T); output next-token logits (B, T, V)."""
 

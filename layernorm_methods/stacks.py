@@ -16,17 +16,20 @@ from layernorm_methods.norms import STACK_NORM_NAMES, norm_type_
 
 
 def embedding(num_embeddings, embedding_dim, padding_idx):
-    """fairseq's ``Embedding``: N(0, d^-1/2), the padding row zero."""
+    """fairseq's ``Embedding``: N(0, d^-1/2), the padding row zero (``padding_idx`` None: no
+    padding token)."""
     table = nn.Embedding(num_embeddings, embedding_dim, padding_idx=padding_idx)
     nn.init.normal_(table.weight, mean=0, std=embedding_dim**-0.5)
-    nn.init.constant_(table.weight[padding_idx], 0)
+    if padding_idx is not None:
+        nn.init.constant_(table.weight[padding_idx], 0)
     return table
 
 
 class SinusoidalPositions(nn.Module):
     """fairseq's ``SinusoidalPositionalEmbedding``: position t (from 1) of a non-padding token
     takes row ``padding_idx + t`` of [sin | cos] at frequencies 10000^(-i / (d/2 - 1)), padding
-    takes the zero row ``padding_idx``; computed in float32 as fairseq does, then cast.
+    takes the zero row ``padding_idx``; computed in float32 as fairseq does, then cast. With
+    ``padding_idx`` None (no padding token) position t takes row t.
 
     Input tokens (B, T); output (B, T, C)."""
 
@@ -41,13 +44,15 @@ class SinusoidalPositions(nn.Module):
         table = torch.cat([torch.sin(angles), torch.cos(angles)], dim=1)
         if self.embedding_dim % 2:
             table = torch.cat([table, table.new_zeros(num_embeddings, 1)], dim=1)
-        table[self.padding_idx] = 0
+        if self.padding_idx is not None:
+            table[self.padding_idx] = 0
         return table
 
     def forward(self, tokens: Tensor, dtype) -> Tensor:
-        keep = tokens.ne(self.padding_idx).int()
-        positions = (torch.cumsum(keep, dim=1) * keep).long() + self.padding_idx
-        table = self.table(self.padding_idx + tokens.size(1) + 1, tokens.device)
+        offset = 0 if self.padding_idx is None else self.padding_idx
+        keep = torch.ones_like(tokens, dtype=torch.int) if self.padding_idx is None else tokens.ne(offset).int()
+        positions = (torch.cumsum(keep, dim=1) * keep).long() + offset
+        table = self.table(offset + tokens.size(1) + 1, tokens.device)
         return table[positions].to(dtype)
 
 
@@ -76,6 +81,10 @@ class EmbeddedStack(nn.Module):
             x = self.layernorm_embedding(x)
         return self.dropout_module(x).transpose(0, 1)
 
+    def padding_mask(self, tokens: Tensor) -> Tensor | None:
+        """(B, T) True at padding tokens; None without a padding token."""
+        return None if self.padding_idx is None else tokens.eq(self.padding_idx)
+
     def finish(self, x: Tensor) -> Tensor:
         return x if self.layer_norm is None else self.layer_norm(x)
 
@@ -92,9 +101,9 @@ class Encoder(EmbeddedStack):
         layer_cls.init_stack_(self, cfg, stack)
 
     def forward(self, src_tokens: Tensor) -> tuple[Tensor, Tensor | None]:
-        padding_mask = src_tokens.eq(self.padding_idx)
+        padding_mask = self.padding_mask(src_tokens)
         x = self.embed(src_tokens)
-        if not padding_mask.any():
+        if padding_mask is None or not padding_mask.any():
             padding_mask = None
         else:  # fairseq zeroes the padded positions' inputs
             x = x * (1 - padding_mask.t().unsqueeze(-1).type_as(x))
@@ -132,8 +141,8 @@ class Decoder(EmbeddedStack):
     def forward(
         self, prev_output_tokens: Tensor, encoder_out: Tensor | None = None, encoder_padding_mask: Tensor | None = None
     ) -> Tensor:
-        padding_mask = prev_output_tokens.eq(self.padding_idx)
-        padding_mask = padding_mask if padding_mask.any() else None
+        padding_mask = self.padding_mask(prev_output_tokens)
+        padding_mask = padding_mask if padding_mask is not None and padding_mask.any() else None
         x = self.run_layers(self.embed(prev_output_tokens), encoder_out, encoder_padding_mask, padding_mask)
         return self.output_projection(self.finish(x).transpose(0, 1))
 

@@ -170,3 +170,18 @@ def test_a_core_model_pickles_whole():
     loaded = torch.load(buffer, weights_only=False)
     tokens = torch.randint(4, 20, (2, 5))
     assert torch.equal(loaded(tokens, tokens), model(tokens, tokens))
+
+
+def test_without_a_padding_token_every_token_counts():
+    """``padding_idx=None``: token 1 is a token like any other (with fairseq's default, 1 is
+    padding and drops out of attention and positions)."""
+    import torch
+
+    tokens = torch.tensor([[5, 1, 7, 9]])
+    for padding_idx, differs in ((None, True), (1, False)):
+        torch.manual_seed(0)
+        lm = build_language_model("preln", 12, layers=1, padding_idx=padding_idx, **TINY_SIZES).eval()
+        with torch.no_grad():
+            with_1 = lm(tokens)[0, -1]
+            without = lm(tokens[:, [0, 2, 3]])[0, -1]
+        assert (not torch.allclose(with_1, without)) == differs, padding_idx
