@@ -83,14 +83,26 @@ class MethodHooks:
 class CoreLayer(MethodHooks, nn.Module):
     """What the encoder and decoder layers share: the FFN and the hooks fairseq gives."""
 
-    def _build_common(self, cfg, side):
-        self.embed_dim = side.embed_dim
+    def _build_self_attention(self, cfg, side):
+        """What comes first in fairseq's order: dropout, placement, self-attention and its norm."""
+        self.embed_dim, self.attention_heads = side.embed_dim, side.attention_heads
         self.dropout_module = nn.Dropout(cfg.dropout)
         if cfg.activation_fn not in ACTIVATIONS:
             raise ValueError(f"activation_fn must be one of {', '.join(ACTIVATIONS)}, not {cfg.activation_fn!r}")
         self.activation_fn = ACTIVATIONS[cfg.activation_fn]
         self.activation_dropout_module = nn.Dropout(cfg.activation_dropout)
         self.normalize_before = side.normalize_before
+        self.self_attn = self.build_self_attention(self.embed_dim, cfg)
+        self.self_attn_layer_norm = nn.LayerNorm(self.embed_dim)
+
+    def _build_ffn(self, cfg, side, stack):
+        """What comes last: the FFN and its norm; then ``init_style``, ``norm_type`` and the method."""
+        self.fc1 = self.build_fc1(self.embed_dim, side.ffn_embed_dim, 0, 8)
+        self.fc2 = self.build_fc2(side.ffn_embed_dim, self.embed_dim, 0, 8)
+        self.final_layer_norm = nn.LayerNorm(self.embed_dim)
+        init_style_(self, cfg)
+        norm_type_(self, cfg, LAYER_NORM_NAMES)
+        self.method_init_(cfg, stack)
 
     def build_fc1(self, input_dim, output_dim, q_noise, qn_block_size):
         return self.quantised(nn.Linear(input_dim, output_dim), q_noise, qn_block_size)
@@ -99,28 +111,24 @@ class CoreLayer(MethodHooks, nn.Module):
         return self.quantised(nn.Linear(input_dim, output_dim), q_noise, qn_block_size)
 
     def build_self_attention(self, embed_dim, cfg, *args, **kwargs):
-        heads = (cfg.encoder if isinstance(self, EncoderLayer) else cfg.decoder).attention_heads
-        return MultiheadAttention(embed_dim, heads, dropout=cfg.attention_dropout)
+        return MultiheadAttention(embed_dim, self.attention_heads, dropout=cfg.attention_dropout)
 
     def residual_connection(self, x, residual):
         return residual + x
 
-    def _finish(self, cfg, stack):
-        init_style_(self, cfg)
-        norm_type_(self, cfg, LAYER_NORM_NAMES)
-        self.method_init_(cfg, stack)
-
-    def ffn(self, x: Tensor) -> Tensor:
-        """The FFN sub-layer with its norms and residual, (T, B, C) -> (T, B, C)."""
+    def run_sublayer(self, x: Tensor, norm, branch) -> Tensor:
+        """One sub-layer as fairseq orders it: ``norm`` before ``branch`` (Pre-LN) or after the
+        residual (Post-LN), dropout on the branch, the method's ``residual_connection``.
+        (T, B, C) -> (T, B, C)."""
         residual = x
         if self.normalize_before:
-            x = self.final_layer_norm(x)
-        x = self.activation_dropout_module(self.activation_fn(self.fc1(x)))
-        x = self.dropout_module(self.fc2(x))
-        x = self.residual_connection(x, residual)
-        if not self.normalize_before:
-            x = self.final_layer_norm(x)
-        return x
+            x = norm(x)
+        x = self.residual_connection(self.dropout_module(branch(x)), residual)
+        return x if self.normalize_before else norm(x)
+
+    def ffn(self, x: Tensor) -> Tensor:
+        """fc2(activation dropout(activation(fc1(x)))), (T, B, C) -> (T, B, C)."""
+        return self.fc2(self.activation_dropout_module(self.activation_fn(self.fc1(x))))
 
 
 class EncoderLayer(CoreLayer):
@@ -130,25 +138,14 @@ class EncoderLayer(CoreLayer):
 
     def __init__(self, cfg, stack=None):
         super().__init__()
-        side = cfg.encoder
-        self._build_common(cfg, side)
-        self.self_attn = self.build_self_attention(self.embed_dim, cfg)
-        self.self_attn_layer_norm = nn.LayerNorm(self.embed_dim)
-        self.fc1 = self.build_fc1(self.embed_dim, side.ffn_embed_dim, 0, 8)
-        self.fc2 = self.build_fc2(side.ffn_embed_dim, self.embed_dim, 0, 8)
-        self.final_layer_norm = nn.LayerNorm(self.embed_dim)
-        self._finish(cfg, stack or Stack.of(cfg, "encoder"))
+        self._build_self_attention(cfg, cfg.encoder)
+        self._build_ffn(cfg, cfg.encoder, stack or Stack.of(cfg, "encoder"))
 
     def forward(self, x: Tensor, encoder_padding_mask: Tensor | None = None) -> Tensor:
-        residual = x
-        if self.normalize_before:
-            x = self.self_attn_layer_norm(x)
-        x = self.self_attn(x, x, x, key_padding_mask=encoder_padding_mask)
-        x = self.dropout_module(x)
-        x = self.residual_connection(x, residual)
-        if not self.normalize_before:
-            x = self.self_attn_layer_norm(x)
-        return self.ffn(x)
+        x = self.run_sublayer(
+            x, self.self_attn_layer_norm, lambda h: self.self_attn(h, h, h, key_padding_mask=encoder_padding_mask)
+        )
+        return self.run_sublayer(x, self.final_layer_norm, self.ffn)
 
 
 class DecoderLayer(CoreLayer):
@@ -159,19 +156,13 @@ class DecoderLayer(CoreLayer):
 
     def __init__(self, cfg, no_encoder_attn=False, stack=None):
         super().__init__()
-        side = cfg.decoder
-        self._build_common(cfg, side)
-        self.self_attn = self.build_self_attention(self.embed_dim, cfg)
-        self.self_attn_layer_norm = nn.LayerNorm(self.embed_dim)
+        self._build_self_attention(cfg, cfg.decoder)
         if no_encoder_attn:
             self.encoder_attn = self.encoder_attn_layer_norm = None
         else:
             self.encoder_attn = self.build_encoder_attention(self.embed_dim, cfg)
             self.encoder_attn_layer_norm = nn.LayerNorm(self.embed_dim)
-        self.fc1 = self.build_fc1(self.embed_dim, side.ffn_embed_dim, 0, 8)
-        self.fc2 = self.build_fc2(side.ffn_embed_dim, self.embed_dim, 0, 8)
-        self.final_layer_norm = nn.LayerNorm(self.embed_dim)
-        self._finish(cfg, stack or Stack.of(cfg, "lm" if no_encoder_attn else "decoder"))
+        self._build_ffn(cfg, cfg.decoder, stack or Stack.of(cfg, "lm" if no_encoder_attn else "decoder"))
 
     def build_encoder_attention(self, embed_dim, cfg):
         kdim = cfg.encoder.embed_dim
@@ -184,27 +175,19 @@ class DecoderLayer(CoreLayer):
         encoder_padding_mask: Tensor | None = None,
         self_attn_padding_mask: Tensor | None = None,
     ) -> Tensor:
-        residual = x
-        if self.normalize_before:
-            x = self.self_attn_layer_norm(x)
-        if self_attn_padding_mask is None:
-            x = self.self_attn(x, x, x, causal=True)
-        else:
-            x = self.self_attn(x, x, x, key_padding_mask=self_attn_padding_mask, attn_mask=future_mask(x))
-        x = self.dropout_module(x)
-        x = self.residual_connection(x, residual)
-        if not self.normalize_before:
-            x = self.self_attn_layer_norm(x)
+        x = self.run_sublayer(
+            x, self.self_attn_layer_norm, lambda h: self.causal_self_attention(h, self_attn_padding_mask)
+        )
         if self.encoder_attn is not None and encoder_out is not None:
-            residual = x
-            if self.normalize_before:
-                x = self.encoder_attn_layer_norm(x)
-            x = self.encoder_attn(x, encoder_out, encoder_out, key_padding_mask=encoder_padding_mask)
-            x = self.dropout_module(x)
-            x = self.residual_connection(x, residual)
-            if not self.normalize_before:
-                x = self.encoder_attn_layer_norm(x)
-        return self.ffn(x)
+            cross = lambda h: self.encoder_attn(h, encoder_out, encoder_out, key_padding_mask=encoder_padding_mask)
+            x = self.run_sublayer(x, self.encoder_attn_layer_norm, cross)
+        return self.run_sublayer(x, self.final_layer_norm, self.ffn)
+
+    def causal_self_attention(self, x: Tensor, padding_mask: Tensor | None) -> Tensor:
+        """Each position attends to itself and those before it (and not to padding)."""
+        if padding_mask is None:
+            return self.self_attn(x, x, x, causal=True)
+        return self.self_attn(x, x, x, key_padding_mask=padding_mask, attn_mask=future_mask(x))
 
 
 def future_mask(x: Tensor) -> Tensor:
